@@ -75,6 +75,15 @@ export function badArgs(message: string): KvdeskError {
 }
 
 /**
+ * A path a person gave (`what`: the argument or flag), absolute (resolveUserPath); an empty or blank one
+ * (`"$MODEL"` with MODEL unset) is refused rather than read as the current folder.
+ */
+export function givenPath(what: string, value: string): string {
+  if (value.trim() === '') throw badArgs(`${what} is empty: give a path (an empty one is not the current folder)`);
+  return resolveUserPath(value);
+}
+
+/**
  * Checks the request the flags make against the contract before anything loads, so a value out of range is
  * refused at once (exit 2) naming its flag (`sampling.topP` is --top-p), not by every request after loading.
  */
@@ -278,6 +287,9 @@ export const libraryLog = (line: string): void => {
  */
 export async function packageDir(arg: string, dataDirFlag: string | undefined): Promise<string> {
   // A leading ~ is the home folder, as for --data-dir (also quoted, where the shell leaves it).
+  if (arg.trim() === '') {
+    throw badArgs('the package is empty (""): give a package folder or a library id (`kvdesk list` shows them)');
+  }
   const dir = resolveUserPath(arg);
   if (existsSync(dir)) return dir;
   const hub = pulledNameOf(arg);
@@ -411,8 +423,9 @@ function chatTemplateFlag(file: string | undefined): string | undefined {
   if (file === undefined) return undefined;
   let text: string;
   try {
-    text = readFileSync(resolveUserPath(file), 'utf8');
+    text = readFileSync(givenPath('--chat-template', file), 'utf8');
   } catch (err) {
+    if (err instanceof KvdeskError) throw err;
     throw badArgs(`--chat-template: cannot read ${file} (${(err as Error).message}): give a file of Jinja`);
   }
   if (text.trim() === '') throw badArgs(`--chat-template: ${file} is empty: give a file of Jinja`);

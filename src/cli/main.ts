@@ -23,9 +23,8 @@ import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
 import { isTemplateTokenWarning } from '../main/packages/spec-assembly';
-import { resolveUserPath } from '../main/store/user-path';
 import type { GenerationResult } from '../shared/contract';
-import { type ErrorInfo, toErrorInfo } from '../shared/errors';
+import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import { BROKEN_TEMPLATE_WARNING, type KvTensorSpec, type ModelSpec } from '../shared/model-spec';
 import { reasoningWhere } from '../shared/reasoning';
@@ -36,6 +35,7 @@ import {
   contextClipLine,
   effortFlag,
   fail,
+  givenPath,
   HOST_OPTIONS,
   type Io,
   LOAD_OPTIONS,
@@ -601,8 +601,9 @@ async function promptsOf(
 /** A file a flag names, as UTF-8 text; one that cannot be read is BAD_REQUEST naming the flag and the file. */
 function readTextFile(flag: string, file: string): string {
   try {
-    return readFileSync(resolveUserPath(file), 'utf8');
+    return readFileSync(givenPath(flag, file), 'utf8');
   } catch (err) {
+    if (err instanceof KvdeskError) throw err;
     throw badArgs(`${flag}: cannot read ${file}: ${(err as Error).message}`);
   }
 }

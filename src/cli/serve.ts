@@ -21,10 +21,18 @@ import {
   uiBuildOf,
 } from '../main/server';
 import { dataFolderId } from '../main/store/data-id';
-import { resolveUserPath } from '../main/store/user-path';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, printBudgetNotes, threadsFlag } from './common';
+import {
+  byteSizeFlag,
+  flagError,
+  givenPath,
+  type Io,
+  joinValues,
+  lookupFlag,
+  printBudgetNotes,
+  threadsFlag,
+} from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 import { DEFAULT_PORT, probePort, SERVE_OPTIONS } from './serve-options';
@@ -78,6 +86,26 @@ export interface ServeControl {
    * Models view card runs in a browser); closed with serve.
    */
   apiServer?: (host: () => Promise<HostApi>, dataDir: string) => ApiServerControl & { close(): Promise<void> };
+  /** The environment that says how serve was started (npm's variables); process.env unless given (tests). */
+  env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * What to do about a port or host serve cannot listen on, in the words of the command that started it: flags go
+ * after `--` through npm (`npm run serve -- --port N`, `npm start -- --port N`), straight after it otherwise.
+ */
+export function listenAdvice(env: NodeJS.ProcessEnv): string {
+  const script = env.npm_lifecycle_event;
+  // npm start (npm_command "start") and npm run <script> ("run-script"); npx and npm test pass the flags as given.
+  const npm =
+    script === 'start' && env.npm_command === 'start'
+      ? 'npm start'
+      : script && env.npm_command === 'run-script'
+        ? `npm run ${script}`
+        : undefined;
+  return npm === undefined
+    ? 'Choose another --port or --host.'
+    : `Choose another port or host: \`${npm} -- --port N\` (or \`${npm} -- --host H\`).`;
 }
 
 function positiveInt(name: string, value: string | undefined, min = 1): number | undefined {
@@ -188,6 +216,9 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const promptCache = positiveInt('prompt-cache', values['prompt-cache'], 0);
     if (promptCache !== undefined) settings.promptCacheSessions = promptCache;
     const dataDir = dataDirOf(values['data-dir']);
+    // An empty path is refused, not read as the current folder (served as the UI, or loaded as a package).
+    const staticDir = values['static-dir'] === undefined ? undefined : givenPath('--static-dir', values['static-dir']);
+    const models = (values.model ?? []).map((dir) => ({ dir, at: givenPath('--model', dir) }));
     const token = tokenOf(values.token, process.env.KVDESK_TOKEN);
     const host = values.host ?? '127.0.0.1';
     // Checked before anything loads, each list naming where it came from.
@@ -253,12 +284,9 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       apiServer: windowControl ?? serveControl(() => server ?? null, token !== undefined),
     });
     resolveHost(hostApi);
-    for (const dir of values.model ?? []) {
+    for (const { dir, at } of models) {
       if (stopping) return 0;
-      const loaded = await hostApi.importPath(
-        resolveUserPath(dir),
-        values['trust-installed'] === true ? { trustInstalled: true } : {},
-      );
+      const loaded = await hostApi.importPath(at, values['trust-installed'] === true ? { trustInstalled: true } : {});
       if (!loaded.ok)
         throw new KvdeskError(loaded.error.code, `--model ${dir}: ${loaded.error.message}`, loaded.error.detail);
       io.err(
@@ -277,7 +305,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       ...(token !== undefined ? { token } : {}),
       ...(origins.length > 0 ? { allowedOrigins: origins } : {}),
       ...(hosts.length > 0 ? { allowedHosts: hosts } : {}),
-      ...(values['static-dir'] !== undefined ? { staticDir: resolveUserPath(values['static-dir']) } : {}),
+      ...(staticDir !== undefined ? { staticDir } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
       ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),
       ...(maxMessage !== undefined ? { maxMessageBytes: maxMessage } : {}),
@@ -287,8 +315,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       },
     });
     io.out(`kvdesk serving ${server.url}\n`);
-    const ownUi = values['static-dir'] !== undefined;
-    const ui = ownUi ? resolveUserPath(values['static-dir'] as string) : DEFAULT_STATIC_DIR;
+    const ownUi = staticDir !== undefined;
+    const ui = staticDir ?? DEFAULT_STATIC_DIR;
     if (uiBuildOf(ui) === undefined) {
       io.err(
         ownUi
@@ -324,7 +352,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const info = toErrorInfo(err);
     const listen = (err as NodeJS.ErrnoException).code;
     if (listen === 'EADDRINUSE' || listen === 'EACCES' || listen === 'EADDRNOTAVAIL') {
-      io.err(`kvdesk: cannot listen: ${(err as Error).message}. Choose another --port or --host.\n`);
+      io.err(`kvdesk: cannot listen: ${(err as Error).message}. ${listenAdvice(control.env ?? process.env)}\n`);
       return 2;
     }
     io.err(`kvdesk: ${info.message}\n`);

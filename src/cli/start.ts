@@ -104,9 +104,10 @@ export function missingElectronMessage(
     (download === undefined
       ? `Electron's binary is a separate download (about 100 MB) that fails offline or behind a blocking proxy. `
       : `${download} `) +
-    `To get it, run \`node node_modules/electron/install.js\` ` +
-    `(or \`npx install-electron\`) on a machine with internet access, or set ELECTRON_OVERRIDE_DIST_PATH to a folder ` +
-    `holding an Electron${v} build, then run \`npm start\` again. Until then kvdesk runs its headless UI: ` +
+    `To get it, run \`node node_modules/electron/install.js\` here once this machine can reach the internet ` +
+    `(behind a proxy: ELECTRON_GET_USE_PROXY=1 with HTTPS_PROXY set; or ELECTRON_MIRROR naming a mirror), or set ` +
+    `ELECTRON_OVERRIDE_DIST_PATH to a folder holding an Electron${v} build, then run \`npm start\` again. ` +
+    `Until then kvdesk runs its headless UI: ` +
     `the same app in your browser, at the URL below.\n`
   );
 }
@@ -133,7 +134,10 @@ export function downloadElectron(
   const installer = path.join(electronDir, 'install.js');
   if (!existsSync(installer)) return `The electron package has no installer (${installer}) to download it with.`;
   say("kvdesk: downloading Electron's binary, once (about 100 MB: npm install leaves it to the first start)…\n");
-  const run = spawnSync(process.execPath, [installer], {
+  // The installer prints a failed fetch without its cause: bin/fetch-cause.cjs puts the cause in the message.
+  const fetchCause = path.join(ROOT, 'bin/fetch-cause.cjs');
+  const preload = existsSync(fetchCause) ? ['--require', fetchCause] : [];
+  const run = spawnSync(process.execPath, [...preload, installer], {
     cwd: electronDir,
     env,
     stdio: ['ignore', 'inherit', 'pipe'],
@@ -146,13 +150,15 @@ export function downloadElectron(
     const why = run.signal ? `it was still running after ${Math.round(timeoutMs / 1000)} s` : run.error?.message;
     return `The download of Electron's binary failed: ${why}.`;
   }
-  // The installer's error is a stack trace: its first line says what failed ("TypeError: fetch failed", an HTTP status).
-  const first =
-    (run.stderr ?? '')
-      .split('\n')
-      .find((line) => line.trim().length > 0)
-      ?.trim() ?? `exit ${run.status}`;
-  return `The download of Electron's binary failed (${first.slice(0, 200)}): offline, or a proxy or firewall blocks it?`;
+  // The installer's error is a stack trace: its first line says what failed ("TypeError: fetch failed: getaddrinfo
+  // ENOTFOUND github.com", an HTTP status); an error printed whole names its cause on a `[cause]:` line of its own.
+  const lines = (run.stderr ?? '').split('\n').map((line) => line.trim());
+  const first = lines.find((line) => line.length > 0) ?? `exit ${run.status}`;
+  const cause = lines
+    .map((line) => /^\[cause\]:\s*(.+)$/.exec(line)?.[1])
+    .find((c) => c !== undefined && !first.includes(c));
+  const said = cause === undefined ? first : `${first}; cause: ${cause}`;
+  return `The download of Electron's binary failed (${said.slice(0, 300)}): offline, or a proxy or firewall blocks it?`;
 }
 
 /** The paragraph printed when Linux has no display to show a window on. */
@@ -161,15 +167,14 @@ export function noDisplayMessage(missing?: { reason: string; version: string | n
   const binary =
     missing === undefined
       ? ''
-      : ` Electron's binary is missing too (${missing.reason}): kvdesk did not download it, as no window could ` +
+      : ` Electron's binary is missing too: ${missing.reason}. kvdesk did not download it, as no window could ` +
         (missing.downloadable
           ? 'open here; a start with a screen downloads it (about 100 MB), or run `node node_modules/electron/install.js`.'
           : `open here; set ELECTRON_OVERRIDE_DIST_PATH to a folder holding an Electron${v} build.`);
   return (
     'kvdesk: cannot open the desktop window: neither DISPLAY nor WAYLAND_DISPLAY is set, so there is no screen ' +
-    `to show it on (a server, a container, an SSH session).${binary} Run \`npm start\` in a desktop session, or under ` +
-    '`xvfb-run npm start` for a virtual one. Until then kvdesk runs its headless UI: the same app in your browser, ' +
-    'at the URL below.\n'
+    `to show it on: a server, a container or an SSH session.${binary} Run \`npm start\` in a desktop session for ` +
+    'the window. Until then kvdesk runs its headless UI: the same app in your browser, at the URL below.\n'
   );
 }
 

@@ -19,8 +19,8 @@ import { RunnerService } from './host/runner-service';
 import { type IpcHandle, registerIpc } from './ipc';
 import { originOf } from './ipc/validate';
 import { API_KEY_FILE, createApiServerControl } from './server';
+import { chooseDataDir, dataDirFlag } from './store/data-dir';
 import { dataFolderId } from './store/data-id';
-import { resolveUserPath } from './store/user-path';
 import {
   APP_ENTRY_URL,
   APP_ORIGIN,
@@ -38,8 +38,17 @@ const SHUTDOWN_TIMEOUT_MS = 5000;
 /** The window gets this long to close (its page's last save) before the host closes. */
 const WINDOW_CLOSE_MS = 1000;
 
-// Tests and side-by-side runs get their own data folder (and with it their own single-instance lock).
-if (process.env.KVDESK_DATA_DIR) app.setPath('userData', resolveUserPath(process.env.KVDESK_DATA_DIR));
+// One data folder for the window and `kvdesk serve` (the browser UI `npm start` falls back to): --data-dir,
+// $KVDESK_DATA_DIR, else ~/.kvdesk, or Electron's userData where only that one holds kvdesk data (chooseDataDir). Tests
+// and side-by-side runs get their own (and with it their own single-instance lock).
+try {
+  const choice = chooseDataDir({ flag: dataDirFlag(process.argv.slice(1)), legacy: app.getPath('userData') });
+  if (choice.note !== undefined) process.stderr.write(`${choice.note}\n`);
+  app.setPath('userData', choice.dir);
+} catch (err) {
+  process.stderr.write(`kvdesk: ${toErrorInfo(err).message}\n`);
+  process.exit(2);
+}
 
 // electron-vite dev serves the renderer over HTTP; a packaged or `npm start` run uses the built files.
 const devServerUrl = !app.isPackaged ? process.env.ELECTRON_RENDERER_URL : undefined;

@@ -274,3 +274,20 @@ describe('serve --token that is empty or only whitespace', () => {
     expect(r.stderr).not.toContain('?token=');
   });
 });
+
+describe('an empty path ("" from `"$MODEL"` with MODEL unset) is refused, not read as the current folder', () => {
+  it.each([
+    [['inspect', ''], 'the package is empty ("")'],
+    [['generate', '', '--prompt', 'hi', '--max-new-tokens', '1'], 'the package is empty ("")'],
+    [['chat', ''], 'the package is empty ("")'],
+    [['serve', '--port', '0', '--model', ''], '--model is empty'],
+    [['serve', '--port', '0', '--static-dir', ' '], '--static-dir is empty'],
+    [['generate', defaultModelDir, '--prompt', 'hi', '--chat-template', ''], '--chat-template is empty'],
+  ])('kvdesk %j: exit 2, naming it', (args, said) => {
+    const r = kvdesk([...args, '--data-dir', dataDir]);
+    expect(r.stderr).toContain(`kvdesk: ${said}: give a`);
+    expect(r.stderr).not.toContain(repoRoot);
+    expect(r.stdout).not.toContain('kvdesk serving');
+    expect(r.code).toBe(2);
+  });
+});

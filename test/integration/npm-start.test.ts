@@ -226,10 +226,10 @@ describe.skipIf(
     expect(output()).not.toContain('fails offline');
     expect(output()).toContain('neither DISPLAY nor WAYLAND_DISPLAY is set');
     expect(output()).toContain(
-      "Electron's binary is missing too (the electron package is installed without its binary",
+      "Electron's binary is missing too: the electron package is installed without its binary",
     );
     expect(output()).toContain('kvdesk did not download it, as no window could open here');
-    expect(output()).toContain('xvfb-run npm start');
+    expect(output()).not.toContain('xvfb-run');
     expect(output()).toContain('Until then kvdesk runs its headless UI');
   }, 150_000);
 });

@@ -435,6 +435,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     log,
     // A model stays loaded when its folder is forgotten: its id is given to no other folder meanwhile.
     loaded: () => runner.listModels().map((m) => ({ id: m.id, root: m.spec.root })),
+    ...(opts.defaultModelDir ? { bundled: opts.defaultModelDir } : {}),
   });
   /** Loads under way, by folder (links resolved), and the id each takes: two folders of one name load at once apart. */
   const loadingIds = new Map<string, string>();

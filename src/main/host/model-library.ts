@@ -348,6 +348,11 @@ export interface LibraryOptions {
    * (one forgotten in the library may stay loaded under it).
    */
   loaded?: () => ReadonlyArray<{ id: string; root: string }>;
+  /**
+   * The bundled model's folder: it takes its plain id (`default`) from a folder of that name that is not there any
+   * more, even when an earlier kvdesk gave it `default-2` for that reason (README and the API examples name it so).
+   */
+  bundled?: string;
 }
 
 /**
@@ -358,6 +363,14 @@ function* idsFor(root: string): Generator<string> {
   const base = slugify(hfCachePlace(root)?.name ?? path.basename(root));
   yield base;
   for (let i = 2; ; i++) yield `${base}-${i}`;
+}
+
+/** Whether `at` is a folder now (a missing one, or a file, is not). */
+function isFolder(at: string): Promise<boolean> {
+  return stat(at).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
 }
 
 /** The library of one data directory. */
@@ -395,6 +408,7 @@ export class ModelLibrary {
   private readonly log: (line: string) => void;
   private readonly now: () => number;
   private readonly loadedModels: () => ReadonlyArray<{ id: string; root: string }>;
+  private readonly bundled: string | undefined;
 
   private constructor(dataDir: string, opts: LibraryOptions) {
     // Absolute, as the roots it is compared with are.
@@ -405,6 +419,7 @@ export class ModelLibrary {
     this.log = opts.log ?? (() => {});
     this.now = opts.now ?? Date.now;
     this.loadedModels = opts.loaded ?? (() => []);
+    this.bundled = opts.bundled === undefined ? undefined : path.resolve(opts.bundled);
   }
 
   /**
@@ -870,6 +885,11 @@ export class ModelLibrary {
         }
       }
       given.set(r.id, r.root);
+      if (r.id !== was && was !== '' && as === undefined) {
+        this.log(
+          `kvdesk: the id ${was} is now the folder ${given.get(was) ?? 'loaded under it'}'s; the entry for ${r.root} is listed as ${r.id}`,
+        );
+      }
       if (r.id !== was) {
         if (was !== '') held.set(was, (held.get(was) ?? 1) - 1);
         if (held.get(was) === 0) held.delete(was);
@@ -889,13 +909,21 @@ export class ModelLibrary {
     const own = loaded.find((m) => m.root === abs)?.id ?? loading.get(abs);
     if (own !== undefined) return own;
     const r = this.records.find((x) => x.root === abs);
-    if (r !== undefined && r.id !== '') return r.id;
+    const bundled = this.bundled !== undefined && abs === (await canonicalPath(this.bundled));
+    if (r !== undefined && r.id !== '' && !bundled) return r.id;
     const taken = new Set([
-      ...this.records.map((x) => x.id),
       ...loaded.map((m) => m.id),
       ...[...loading].filter(([at]) => at !== abs).map(([, id]) => id),
     ]);
-    for (const id of idsFor(abs)) if (!taken.has(id)) return id;
+    for (const id of idsFor(abs)) {
+      // Its own id: never a lower one than it has taken from a folder that is here (the bundled model only).
+      if (r !== undefined && id === r.id) return id;
+      if (taken.has(id)) continue;
+      // An id only folders that are not there any more hold is given to this one (a clone, a moved folder, a git
+      // worktree): the missing entry stays listed under another id (settleIds), to be put back or forgotten.
+      const holders = this.records.filter((x) => x.id === id && x.root !== abs);
+      if ((await Promise.all(holders.map((x) => isFolder(x.root)))).every((here) => !here)) return id;
+    }
     throw new Error('unreachable');
   }
 

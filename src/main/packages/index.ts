@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
+import { ggufMessage, isGguf } from '../../shared/foreign-formats';
 import type { ModelSpec, PackageLayout } from '../../shared/model-spec';
 import { CONFIG_MAX_BYTES } from './config-file';
 import { loadHfOptimumLayout } from './layout-hf-optimum';
@@ -53,6 +54,7 @@ async function packageRoot(dir: string): Promise<string> {
     throw err;
   }
   if (!stat.isDirectory()) {
+    if (isGguf(dir)) throw packageError(ggufMessage(dir), where, { path: dir });
     throw packageError(
       `${dir} is not a directory. kvdesk loads a model package folder: pick the folder that contains the model's .onnx, tokenizer and config files, not a single file.`,
       where,
@@ -114,6 +116,10 @@ async function unrecognised(dir: string, realDir: string): Promise<KvdeskError> 
     revisions.length > 0
       ? ` This is a repo folder of the Hugging Face cache: pick its snapshot folder instead, ${path.join(dir, 'snapshots', revisions[0] ?? '')}${revisions.length > 1 ? ` (or another of ${revisions.join(', ')})` : ''}.`
       : '';
+  const gguf = names.filter(isGguf);
+  if (gguf.length > 0 && !names.some((n) => /\.onnx$/i.test(n))) {
+    return packageError(ggufMessage(dir, gguf), { file: '.' }, { path: dir, found: names.slice(0, 50) });
+  }
   return packageError(
     `${dir} is not a model package kvdesk recognises: it has ${shown}, but none of genai_config.json, inference_metadata.yaml|yml|json, config.json or manifest.json.${pick} ${WHAT_EACH_LAYOUT_NEEDS}`,
     { file: '.' },

@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
+import { checkpointMessage, ggufMessage, isCheckpointWeights, isGguf } from '../../shared/foreign-formats';
 import {
   cpuVariantRank,
   type DecoderPorts,
@@ -95,6 +96,19 @@ function variantsNamed<V extends { name: string; path: string }>(variants: V[], 
       variants.filter((v) => path.posix.basename(v.path) === want),
     ].find((m) => m.length > 0) ?? []
   );
+}
+
+/**
+ * A folder with config.json but no ONNX graph that holds a model in another format: a GGUF file (Ollama, LM Studio)
+ * or a transformers checkpoint's weights (model.safetensors). Refused saying what it is and how to get the ONNX export.
+ */
+async function refuseForeignFormat(ctx: PackageContext): Promise<void> {
+  const names = (await listFileNames(ctx.dir)).sort();
+  const here = { file: relName(ctx, ctx.dir) };
+  const gguf = names.filter(isGguf);
+  if (gguf.length > 0) throw packageError(ggufMessage('This folder', gguf), here, { candidates: gguf });
+  const weights = names.filter(isCheckpointWeights);
+  if (weights.length > 0) throw packageError(checkpointMessage('This folder', weights), here, { candidates: weights });
 }
 
 function chooseVariant(
@@ -228,6 +242,9 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
 
   const found = await findGraphVariants(ctx);
   const { variants } = found;
+  if (variants.length === 0 && found.otherOnnx.length === 0 && found.unresolved.length === 0) {
+    await refuseForeignFormat(ctx);
+  }
   // An ORT package's executor_info.ort.model_file names the graph outright; the Optimum naming rule is then moot.
   const variant: FoundVariant | undefined =
     options.graphFile === undefined

@@ -35,7 +35,7 @@ export async function isLfsPointerFile(abs: string, size: number): Promise<boole
 /** The refusal of a package file that is a Git LFS pointer: what it is, and how to get the file itself. */
 export function lfsPointerError(file: string, where: PackageWhere = { file }): KvdeskError {
   return packageError(
-    `${file} is a Git LFS pointer, not the file itself: run \`git lfs install && git lfs pull\` in the package's folder, or download it with \`kvdesk pull\` / \`huggingface-cli download\`.`,
+    `${file} is a Git LFS pointer, not the file itself: run \`git lfs install && git lfs pull\` in the package's folder, or download it with \`kvdesk pull owner/name\` or \`hf download owner/name --local-dir <folder>\` (Hugging Face's CLI, formerly huggingface-cli).`,
     where,
     { lfsPointer: file },
   );

@@ -47,8 +47,8 @@ export function makeContext(dir: string, root: string = dir): PackageContext {
 
 /**
  * The Hugging Face cache repo folder (`…/models--<owner>--<name>`) and the real path of its `blobs/`, when `root`
- * (a real path) is a snapshot folder of it or a folder inside one; undefined otherwise. `huggingface-cli download`
- * without --local-dir writes a snapshot as symlinks into blobs/.
+ * (a real path) is a snapshot folder of it or a folder inside one; undefined otherwise. `hf download`
+ * (formerly `huggingface-cli download`) without --local-dir writes a snapshot as symlinks into blobs/.
  */
 export async function hfCacheRepo(root: string): Promise<{ repo: string; blobs: string; name: string } | undefined> {
   const at = hfCachePlace(root);
@@ -145,7 +145,7 @@ export async function realPathInside(
       ctx.hfBlobs === undefined
         ? ''
         : named === 'manifest'
-          ? ` (links into the Hugging Face cache's ${ctx.hfBlobs} are allowed for the model's files, not for a path manifest.json names: download the package with \`huggingface-cli download <repo> --local-dir <folder>\` to get real files)`
+          ? ` (links into the Hugging Face cache's ${ctx.hfBlobs} are allowed for the model's files, not for a path manifest.json names: download the package with \`hf download <repo> --local-dir <folder>\` to get real files)`
           : ` or the Hugging Face cache's ${ctx.hfBlobs}`;
     throw packageError(
       `${describeWhere(where)}: ${relName(ctx, abs)} resolves through a symlink to ${real}, outside the package folder ${ctx.root}${blobs}. ` +

@@ -3,6 +3,8 @@
  * are unit-tested in node): path splitting and which files an upload keeps.
  */
 
+import { checkpointMessage, ggufMessage, isCheckpointWeights, isGguf } from '../../shared/foreign-formats';
+
 /** A file of the package, path relative to the package root with `/` separators. */
 export interface PackageFile {
   path: string;
@@ -40,6 +42,15 @@ export function selectPackageFiles(files: PackageFile[]): PackageFile[] {
     throw new Error(
       `The folder has ${kept.length} files; a model package has far fewer (limit ${MAX_FILES}). Drop the package folder itself.`,
     );
+  }
+  // A model in a format kvdesk does not run is refused before gigabytes of it are uploaded, as the host would.
+  const paths = kept.map((f) => f.path);
+  if (!paths.some((p) => /\.onnx$/i.test(p))) {
+    const gguf = paths.filter(isGguf);
+    if (gguf.length === 1 && paths.length === 1) throw new Error(ggufMessage(gguf[0] as string));
+    if (gguf.length > 0) throw new Error(ggufMessage('The folder', gguf));
+    const weights = paths.filter(isCheckpointWeights);
+    if (weights.length > 0 && paths.includes('config.json')) throw new Error(checkpointMessage('The folder', weights));
   }
   return kept;
 }

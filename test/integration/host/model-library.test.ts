@@ -140,6 +140,72 @@ describe('remembered loads', () => {
     expect((await readStored(dataDir)).packages.map((p) => p.root)).toEqual([defaultModelDir, second]);
   });
 
+  it('a folder gone from where the library had it gives its id up: the bundled model is `default` in a new clone', async () => {
+    // A clone at another path (or a moved folder, a git worktree): the library names the old one `default`.
+    const dataDir = await tmp();
+    const gone = path.join(await tmp(), 'gone', 'resources', 'models', 'default');
+    const entry = { root: gone, id: 'default', uploaded: false, addedAt: 1, lastLoadedAt: 1 };
+    await writeFile(path.join(dataDir, 'library.json'), JSON.stringify({ version: 1, packages: [entry] }));
+    const log: string[] = [];
+    const api = await makeApi(dataDir, { defaultModel: true, log });
+    await api.libraryChecked;
+    expect(api.runner.listModels().map((m) => m.id)).toEqual(['default']);
+    // The old entry stays listed, missing, under an id of its own: the person can put it back or forget it.
+    expect(api.library.list().map((e) => [e.id, e.root, e.missing])).toEqual([
+      ['default', defaultModelDir, false],
+      ['default-2', gone, true],
+    ]);
+    expect(log.filter((l) => l.includes(gone))).toEqual([
+      `kvdesk: the id default is now the folder ${defaultModelDir}'s; the entry for ${gone} is listed as default-2`,
+    ]);
+    await api.library.flush();
+    const stored = (await readStored(dataDir)).packages as Array<{ root: string; id: string }>;
+    expect(stored.map((p) => [p.root, p.id]).sort()).toEqual(
+      [
+        [defaultModelDir, 'default'],
+        [gone, 'default-2'],
+      ].sort(),
+    );
+
+    // A library an earlier kvdesk wrote after the same clone (the bundled one as `default-2`) is mended at start.
+    const bitten = await tmp();
+    const was = [entry, { root: defaultModelDir, id: 'default-2', uploaded: false, addedAt: 2, lastLoadedAt: 2 }];
+    await writeFile(path.join(bitten, 'library.json'), JSON.stringify({ version: 1, packages: was }));
+    const again = await makeApi(bitten, { defaultModel: true });
+    await again.libraryChecked;
+    expect(again.runner.listModels().map((m) => m.id)).toEqual(['default']);
+    expect(again.library.list().map((e) => [e.id, e.root])).toEqual([
+      ['default', defaultModelDir],
+      ['default-2', gone],
+    ]);
+  });
+
+  it('a folder of one name loaded where one of that name is gone takes its id; one still there keeps its own', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const here = await copyPackage(path.join(pkgs, 'here', 'same'));
+    const gone = path.join(pkgs, 'gone', 'same');
+    const entries = [
+      { root: gone, id: 'same', uploaded: false, addedAt: 1, lastLoadedAt: 1 },
+      { root: here, id: 'same-2', uploaded: false, addedAt: 2, lastLoadedAt: 2 },
+    ];
+    await writeFile(path.join(dataDir, 'library.json'), JSON.stringify({ version: 1, packages: entries }));
+    const api = await makeApi(dataDir);
+    await api.libraryChecked;
+    // Not the bundled model: a present folder keeps the id it has across restarts.
+    const r = await api.call('loadModel', { path: here });
+    expect(r.ok && r.value.id).toBe('same-2');
+    // A new folder of that name takes the id only the missing folder holds.
+    const third = await copyPackage(path.join(pkgs, 'third', 'same'));
+    const t = await api.call('loadModel', { path: third });
+    expect(t.ok && t.value.id).toBe('same');
+    expect(api.library.list().map((e) => [e.id, e.root])).toEqual([
+      ['same', third],
+      ['same-2', here],
+      ['same-3', gone],
+    ]);
+  });
+
   it('lists the most recently loaded first; a load again moves a package to the top, keeping when it was added', async () => {
     const dataDir = await tmp();
     const pkgs = await tmp();

@@ -1,5 +1,5 @@
 /**
- * A package in the Hugging Face download cache (`huggingface-cli download` without --local-dir): every file of
+ * A package in the Hugging Face download cache (`hf download` without --local-dir): every file of
  * `models--me--tiny/snapshots/<revision>/` is a symlink into `models--me--tiny/blobs/`. It was refused ("resolves
  * through a symlink … outside the package folder"); it loads and runs now, its external weights read through their
  * link too, and gives the same tokens as the same package with real files.

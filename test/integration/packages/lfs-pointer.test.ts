@@ -29,7 +29,7 @@ async function pointerFor(dir: string, rel: string): Promise<void> {
 }
 
 const advice = (file: string) =>
-  `${file} is a Git LFS pointer, not the file itself: run \`git lfs install && git lfs pull\` in the package's folder, or download it with \`kvdesk pull\` / \`huggingface-cli download\`.`;
+  `${file} is a Git LFS pointer, not the file itself: run \`git lfs install && git lfs pull\` in the package's folder, or download it with \`kvdesk pull owner/name\` or \`hf download owner/name --local-dir <folder>\` (Hugging Face's CLI, formerly huggingface-cli).`;
 
 describe('a file of the package that is a Git LFS pointer', () => {
   it.each(['onnx/model.onnx', 'tokenizer.json', 'config.json', 'tokenizer_config.json', 'generation_config.json'])(

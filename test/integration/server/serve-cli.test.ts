@@ -552,13 +552,19 @@ describe('serve (in-process)', () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-taken-'));
     let err = '';
     try {
-      const code = await serve(['--port', String(port), '--model', defaultModelDir, '--data-dir', dataDir], {
-        out: () => {},
-        err: (s) => (err += s),
-      });
+      const io = { out: () => {}, err: (s: string) => (err += s) };
+      const args = ['--port', String(port), '--model', defaultModelDir, '--data-dir', dataDir];
+      const code = await serve(args, io, { env: {} });
       expect(code).toBe(2);
       expect(err).toBe(
         `kvdesk: cannot listen: listen EADDRINUSE: address already in use 127.0.0.1:${port}. Choose another --port or --host.\n`,
+      );
+      // Started by `npm run serve`, the flags go after `--`: said so.
+      err = '';
+      const npmEnv = { npm_lifecycle_event: 'serve', npm_command: 'run-script' };
+      expect(await serve(args, io, { env: npmEnv })).toBe(2);
+      expect(err).toBe(
+        `kvdesk: cannot listen: listen EADDRINUSE: address already in use 127.0.0.1:${port}. Choose another port or host: \`npm run serve -- --port N\` (or \`npm run serve -- --host H\`).\n`,
       );
     } finally {
       taken.close();

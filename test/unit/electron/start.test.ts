@@ -113,6 +113,30 @@ describe("npm start fetches Electron's binary itself (npm install does not: the 
     );
   });
 
+  it("keeps the cause of a failed fetch, which the installer's stack leaves out, and says to run it here", () => {
+    // A real fetch refused (a port just closed), printed as install.js prints it: err.stack alone.
+    const d = electronPackage(
+      "const s = require('net').createServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); " +
+        "s.close(() => fetch('http://127.0.0.1:' + port + '/electron.zip').catch((err) => { console.error(err.stack); process.exit(1); })); });",
+    );
+    const said = downloadElectron(d, env);
+    expect(said).toMatch(
+      /^The download of Electron's binary failed \(TypeError: fetch failed: connect ECONNREFUSED 127\.0\.0\.1:\d+\)/,
+    );
+    // An error printed whole (util.inspect) names its cause on a line of its own: that is kept too.
+    const inspected = electronPackage(
+      "console.error('TypeError: fetch failed\\n    at x (y.js:1:1) {\\n  [cause]: Error: unable to get local issuer certificate\\n}'); process.exit(1);",
+    );
+    expect(downloadElectron(inspected, env)).toBe(
+      "The download of Electron's binary failed (TypeError: fetch failed; cause: Error: unable to get local issuer certificate): offline, or a proxy or firewall blocks it?",
+    );
+    const text = missingElectronMessage({ expected: d, reason: 'no binary' }, '45.5.0', said ?? '');
+    expect(text).toContain('here once this machine can reach the internet');
+    expect(text).not.toContain('on a machine with internet access');
+    expect(text).toContain('ELECTRON_GET_USE_PROXY=1');
+    expect(text).toContain('ELECTRON_MIRROR');
+  });
+
   it('gives up on a download that does not end in time', () => {
     const d = electronPackage('setTimeout(() => {}, 60_000);');
     expect(downloadElectron(d, env, 500)).toBe(
@@ -148,9 +172,11 @@ describe('the messages', () => {
     expect(text).toMatch(/headless UI/);
   });
 
-  it('explains a missing display in one paragraph', () => {
+  it('explains a missing display in one paragraph, without parentheses in parentheses or a window nobody sees', () => {
     expect(noDisplayMessage().trimEnd().split('\n')).toHaveLength(1);
-    expect(noDisplayMessage()).toContain('xvfb-run');
+    // xvfb-run opens the window on a screen nobody sees: it is for tests, not for using kvdesk.
+    expect(noDisplayMessage()).not.toContain('xvfb-run');
+    expect(noDisplayMessage()).toContain('in a desktop session');
   });
 
   it('says a missing display and a missing binary together, and how to get each', () => {
@@ -158,9 +184,10 @@ describe('the messages', () => {
     const packaged = noDisplayMessage({ ...missing, version: '45.5.0', downloadable: true });
     expect(packaged.trimEnd().split('\n')).toHaveLength(1);
     expect(packaged).toContain('neither DISPLAY nor WAYLAND_DISPLAY is set');
-    expect(packaged).toContain(`Electron's binary is missing too (${missing.reason})`);
+    expect(packaged).toContain(`Electron's binary is missing too: ${missing.reason}.`);
+    expect(packaged).not.toMatch(/\([^)]*\(/);
     expect(packaged).toContain('node node_modules/electron/install.js');
-    expect(packaged).toContain('xvfb-run');
+    expect(packaged).not.toContain('xvfb-run');
     expect(packaged).not.toContain('fails offline');
     const overridden = noDisplayMessage({ ...missing, version: '45.5.0', downloadable: false });
     expect(overridden).toContain('ELECTRON_OVERRIDE_DIST_PATH to a folder holding an Electron 45.5.0 build');

@@ -105,6 +105,51 @@ describe('no tokenizer', () => {
   });
 });
 
+describe('a model in a format kvdesk does not run (what Ollama, LM Studio and transformers users bring)', () => {
+  const getOnnx = 'optimum-cli export onnx --model <owner/name or folder> <output folder>';
+
+  it("a .gguf file: says it is llama.cpp's format and how to get the ONNX export", async () => {
+    const dir = await tempPackageDir();
+    const file = path.join(dir, 'qwen2.5-0.5b-instruct-q4_k_m.gguf');
+    await fs.writeFile(file, 'GGUF');
+    const err = await refusal(loadModelSpec(file), { file: '.' });
+    expect(err.message).toContain(`${file} is a GGUF file: GGUF is llama.cpp's format`);
+    expect(err.message).toContain('kvdesk runs ONNX models');
+    expect(err.message).toContain('onnx-community');
+    expect(err.message).toContain(getOnnx);
+  });
+
+  it('a folder holding a .gguf file (and no config): the same, naming the file', async () => {
+    const dir = await tempPackageDir();
+    await writeFiles(dir, { 'model-q4_k_m.gguf': 'GGUF', 'README.md': '# hi' });
+    const err = await refusal(loadModelSpec(dir), { file: '.' });
+    expect(err.message).toContain(`${dir} holds GGUF files (model-q4_k_m.gguf) and no ONNX graph: GGUF is llama.cpp's`);
+    expect(err.message).toContain(getOnnx);
+  });
+
+  it('a transformers checkpoint (config, tokenizer, model.safetensors): says so, and how to export it', async () => {
+    const dir = await hfPackage({ 'onnx/model.onnx': null, 'model.safetensors': 'weights' });
+    const err = await refusal(loadModelSpec(dir), { file: '.' });
+    expect(err.message).toContain(
+      'This folder is a transformers (PyTorch) checkpoint: config.json and a tokenizer with its weights in model.safetensors, but no ONNX graph',
+    );
+    expect(err.message).toContain(getOnnx);
+    // Sharded weights, and GGUF beside a config, are told apart the same way.
+    const sharded = await hfPackage({
+      'onnx/model.onnx': null,
+      'model-00001-of-00002.safetensors': 'w',
+      'model-00002-of-00002.safetensors': 'w',
+    });
+    expect((await refusal(loadModelSpec(sharded), { file: '.' })).message).toContain(
+      'weights in model-00001-of-00002.safetensors, model-00002-of-00002.safetensors, but no ONNX graph',
+    );
+    const gguf = await hfPackage({ 'onnx/model.onnx': null, 'm.gguf': 'GGUF' });
+    expect((await refusal(loadModelSpec(gguf), { file: '.' })).message).toContain(
+      'This folder holds GGUF files (m.gguf)',
+    );
+  });
+});
+
 describe('no ONNX graph or no rule to choose', () => {
   it('hf layout with no graph at all', async () => {
     const dir = await hfPackage({ 'onnx/model.onnx': null });

@@ -397,7 +397,7 @@ async function filesUnder(dir: string, rel = ''): Promise<string[]> {
 }
 
 /**
- * Lays `pkg` out as `huggingface-cli download` (without --local-dir) does in its cache:
+ * Lays `pkg` out as `hf download` (without --local-dir) does in its cache:
  * `<cache>/models--me--tiny/blobs/<sha>` holds each file, and `snapshots/abc123/<path>` is a relative symlink to it.
  * Returns the snapshot folder and the repo folder.
  */

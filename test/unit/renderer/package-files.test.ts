@@ -28,4 +28,17 @@ describe('package folder files', () => {
       /package folder itself/,
     );
   });
+
+  it('refuses GGUF and a transformers checkpoint before uploading them, saying what each is and what to do', () => {
+    expect(() => selectPackageFiles([f('qwen-q4_k_m.gguf')])).toThrow(
+      /^qwen-q4_k_m\.gguf is a GGUF file: GGUF is llama\.cpp's format.*optimum-cli export onnx --model/,
+    );
+    expect(() => selectPackageFiles([f('a.gguf'), f('README.md')])).toThrow(/^The folder holds GGUF files \(a\.gguf\)/);
+    expect(() => selectPackageFiles([f('config.json'), f('tokenizer.json'), f('model.safetensors')])).toThrow(
+      /^The folder is a transformers \(PyTorch\) checkpoint.*optimum-cli export onnx/,
+    );
+    // An ONNX package that also ships its checkpoint (many Hub repos do) is a package: uploaded.
+    const both = [f('config.json'), f('tokenizer.json'), f('model.safetensors'), f('onnx/model.onnx')];
+    expect(selectPackageFiles(both)).toHaveLength(4);
+  });
 });
