@@ -192,7 +192,7 @@ test("a change kept for one data folder's kvdesk waits for it: another kvdesk on
   }
 });
 
-test("a page kept open while kvdesk is started again on another data folder: its change waits for its own folder's kvdesk, and the page shows the other's chats", async ({
+test("a page kept open while kvdesk is started again on another data folder: its change and its draft wait for their own folder's kvdesk, and the page shows the other's chats", async ({
   page,
 }) => {
   test.setTimeout(150_000);
@@ -207,11 +207,32 @@ test("a page kept open while kvdesk is started again on another data folder: its
   server = await startServe([], 90_000, undefined, dirA);
   const port = new URL(server.url).port;
   expect((await wsCall(server, 'saveThread', chat('Kept in A'))).ok).toBe(true);
+  // And a chat only A has.
+  expect((await wsCall(server, 'saveThread', { ...chat('Only in A'), id: 'tonly' })).ok).toBe(true);
   const titleThere = async () => ((await wsCall(server, 'openThread', { id: 'tboth' })).value as Saved).title;
   const row = page.getByTestId('thread-list').locator('[data-thread-id="tboth"]');
+  const input = page.getByTestId('chat-input');
+  const attached = page.getByTestId('composer-attachment');
+  const openChat = async (id = 'tboth') => {
+    await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  };
+  const draftTexts = () =>
+    page.evaluate<string[]>(`Object.values(JSON.parse(localStorage.getItem('kvdesk.drafts') ?? '{}')).sort()`);
   try {
     await page.goto(server.url);
     await expect(row).toContainText('Kept in A');
+    // Drafts (not sent) in A's chats, one with a file.
+    await openChat('tonly');
+    await input.fill('a draft for the chat only A has');
+    await openChat();
+    await input.fill('a draft meant for A');
+    await page.getByTestId('attach-input').setInputFiles({
+      name: 'notes.txt',
+      mimeType: 'text/plain',
+      buffer: Buffer.from('notes for A\n'),
+    });
+    await expect(attached).toHaveText(/notes\.txt/);
     await server.stop();
     await expect(page.getByTestId('offline-note')).toBeVisible();
     await row.dblclick();
@@ -230,7 +251,15 @@ test("a page kept open while kvdesk is started again on another data folder: its
     await expect(page.getByTestId('sticky-notice')).toContainText(
       'This kvdesk keeps another data folder than the one this page showed: it shows its chats now. 1 unsaved change made here is kept in this browser for the data folder it was made in',
     );
+    await expect(page.getByTestId('sticky-notice')).toContainText(
+      '2 unsent drafts written here are kept in this browser for the data folder they were written in',
+    );
     expect(await keptChanges(page)).toBe(1);
+    // B's chat of the same id does not show A's draft; A's are kept in the browser all the same.
+    await openChat();
+    await expect(input).toHaveValue('');
+    await expect(attached).toHaveCount(0);
+    expect(await draftTexts()).toEqual(['a draft for the chat only A has', 'a draft meant for A']);
     // A change made here now is B's.
     await row.dblclick();
     await page.getByTestId('thread-rename-input').fill('Renamed in B');
@@ -243,6 +272,16 @@ test("a page kept open while kvdesk is started again on another data folder: its
     await expect.poll(titleThere, { timeout: 20_000 }).toBe('Renamed for A');
     await expect(row).toContainText('Renamed for A');
     await expect.poll(() => keptChanges(page)).toBe(0);
+    // A's chat has its draft again, its file too; and after a reload.
+    await openChat();
+    await expect(input).toHaveValue('a draft meant for A');
+    await expect(attached).toHaveText(/notes\.txt/);
+    await openChat('tonly');
+    await expect(input).toHaveValue('a draft for the chat only A has');
+    await page.reload();
+    await openChat();
+    await expect(input).toHaveValue('a draft meant for A');
+    await expect(attached).toHaveText(/notes\.txt/);
   } finally {
     await server.stop();
     rmSync(dirA, { recursive: true, force: true });

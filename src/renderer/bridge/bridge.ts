@@ -1182,6 +1182,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       settingsLoaded = true;
     }
     if (threads.ok) {
+      // The drafts shown (and pruned) are those of the data folder these chats came from.
+      drafts().setFolder(transport.dataId);
       s().loadThreads(threads.value, ui.lastThreadId);
       for (const t of threads.value) if (t.modelId) sessionModel.set(t.id, t.modelId);
       forgetDrafts();
@@ -1273,6 +1275,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     restoreFor = null;
     saidWaiting = true; // said here
     persistedUnread = true; // read at the open that follows
+    // The drafts of the folder before stay in the browser for it (shown again when the page meets its kvdesk).
+    const draftsKept = drafts().count();
+    drafts().setFolder(transport.dataId);
     s().forgetThreads();
     const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
     const parts = ['This kvdesk keeps another data folder than the one this page showed: it shows its chats now.'];
@@ -1284,6 +1289,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (lost > 0) {
       parts.push(
         `${count(lost, 'change', 'changes')} this browser could not keep ${lost === 1 ? 'is' : 'are'} not saved in either folder.`,
+      );
+    }
+    if (draftsKept > 0) {
+      parts.push(
+        `${count(draftsKept, 'unsent draft', 'unsent drafts')} written here ${draftsKept === 1 ? 'is' : 'are'} kept in this browser for the data folder ${draftsKept === 1 ? 'it was' : 'they were'} written in, and shown again once kvdesk runs on that folder at this address.`,
       );
     }
     if (settingsLost) parts.push('Settings changed here since kvdesk was last reached are not saved.');

@@ -5,6 +5,13 @@
  * page's IndexedDB (read back after a reload, a moment after the texts). The page's other tabs and windows hear of
  * each change (the storage's event for the texts, a BroadcastChannel for the files), so a draft sent or changed in
  * one is not an older one in another (where Enter would send it again).
+ *
+ * A page served by `kvdesk serve` keeps each draft for the data folder its chat came from (the folder's id, as the
+ * server's hello says it): a page kept open while kvdesk is started again on another folder, or loaded again on
+ * one, shows that folder's drafts and keeps the others' (as many drafts as MAX_DRAFTS, of all folders together: the
+ * least recently written go first) until kvdesk runs on their folder again. Drafts kept by a version before that (or
+ * in the Electron window, whose page knows no folder id) are kept by chat id alone; such a draft is the draft of the
+ * chat of that id in whichever folder's chats are read first, and is written back as that folder's.
  */
 import { Attachment } from '../../shared/api';
 
@@ -21,15 +28,16 @@ export interface DraftStorage {
 
 /** Where drafts' files are kept across reloads (IndexedDB in the page; tests give their own). */
 export interface DraftFileStore {
-  /** Every chat's files as last kept. */
+  /** Every draft's files as last kept, by key (draftKey). */
   readAll(): Promise<Array<[string, Attachment[]]>>;
-  /** Keeps a chat's files (none: forgets them). Never fails: a draft is a convenience. */
-  write(threadId: string, files: Attachment[]): void;
+  /** Keeps a draft's files by key (none: forgets them). Never fails: a draft is a convenience. */
+  write(key: string, files: Attachment[]): void;
 }
 
 /** How the page's other tabs and windows are told of a chat's files changed here (a BroadcastChannel in the page). */
 export interface DraftFilesShare {
-  post(threadId: string, files: Attachment[]): void;
+  /** `key`: the draft's (draftKey). */
+  post(key: string, files: Attachment[]): void;
 }
 
 /** Told that another tab or window changed a chat's draft; `before`: the draft as this page had it until then. */
@@ -44,16 +52,26 @@ export const NO_CHAT = '';
 
 const EMPTY: Draft = { text: '', files: [] };
 
+/** Between a data folder's id and a chat's id in the keys of a folder's drafts (no id has it). */
+const SEP = '\u001f';
+
+/** The key a chat's draft is kept under for a data folder (undefined: none known, the chat's id alone). */
+export function draftKey(folder: string | undefined, threadId: string): string {
+  return folder === undefined ? threadId : `${folder}${SEP}${threadId}`;
+}
+
 export class Drafts {
   private readonly files = new Map<string, Attachment[]>();
-  /** Chats whose files changed on this page before the kept ones were read: what was kept is older. */
+  /** Drafts (by key) whose files changed on this page before the kept ones were read: what was kept is older. */
   private readonly touched = new Set<string>();
   private readonly filesReadListeners = new Set<() => void>();
   private readonly elsewhereListeners = new Set<DraftChangedElsewhere>();
   /** The chats there are, as keepOnly last heard (null: not yet): files kept for others are let go when read. */
   private alive: ReadonlySet<string> | null = null;
-  /** Texts by chat id, the most recently written last. */
+  /** Texts by key (draftKey), the most recently written last. */
   private texts: Map<string, string>;
+  /** The data folder whose chats the page shows (undefined: none known; drafts kept by chat id alone). */
+  private folder: string | undefined;
 
   constructor(
     private readonly storage: DraftStorage | undefined,
@@ -63,18 +81,41 @@ export class Drafts {
     this.texts = new Map(readTexts(storage));
     fileStore?.readAll().then(
       (kept) => {
-        for (const [id, files] of kept) {
-          if (this.alive !== null && id !== NO_CHAT && !this.alive.has(id)) {
+        for (const [key, files] of kept) {
+          const id = this.ownChat(key);
+          if (this.alive !== null && id !== null && id !== NO_CHAT && !this.alive.has(id)) {
             // A chat deleted (here before they were read, or elsewhere while the page was closed).
-            fileStore.write(id, []);
+            fileStore.write(key, []);
             continue;
           }
-          if (!this.touched.has(id) && files.length > 0) this.files.set(id, files);
+          if (!this.touched.has(key) && files.length > 0) this.files.set(key, files);
         }
         for (const l of this.filesReadListeners) l();
       },
       () => {},
     );
+  }
+
+  /**
+   * The data folder whose chats the page shows now (the server's hello says its id; undefined: none said): its drafts
+   * are the ones got, written and pruned from now on; other folders' stay as they are.
+   */
+  setFolder(folder: string | undefined): void {
+    if (folder === this.folder) return;
+    this.folder = folder;
+    this.alive = null;
+  }
+
+  /** How many chats of the folder shown now have a draft (their text, their files, or both). */
+  count(): number {
+    const ids = new Set<string>();
+    for (const key of [...this.texts.keys(), ...this.files.keys()]) {
+      const id = this.visibleChat(key);
+      if (id !== null) ids.add(id);
+    }
+    let n = 0;
+    for (const id of ids) if (this.get(id) !== EMPTY) n++;
+    return n;
   }
 
   /** Called once the files kept from before the page (re)loaded are read: a draft shown meanwhile may have some. */
@@ -99,21 +140,28 @@ export class Drafts {
     const after = new Map(parseTexts(newValue));
     // As stored now (a later write, of this page or another, may be there already: its own event follows).
     this.reload();
-    for (const id of new Set([...before.keys(), ...after.keys()])) {
-      if (before.get(id) === after.get(id)) continue;
+    const ids = new Set<string>();
+    for (const key of [...before.keys(), ...after.keys()]) {
+      const id = this.visibleChat(key);
+      if (id !== null) ids.add(id);
+    }
+    for (const id of ids) {
+      const was = this.pick(before, id);
+      if (was === this.pick(after, id)) continue;
       // What this page showed was that text (unless it had been changed here since: then this page's stays).
-      this.tellElsewhere(id, { text: before.get(id) ?? '', files: this.files.get(id) ?? [] });
+      this.tellElsewhere(id, { text: was ?? '', files: this.pick(this.files, id) ?? [] });
     }
   }
 
   /** Another tab or window changed a chat's files (sent, removed, attached): this page's are those now. */
-  filesChangedElsewhere(threadId: string, files: Attachment[]): void {
-    const before = this.get(threadId);
+  filesChangedElsewhere(key: string, files: Attachment[]): void {
+    const id = this.visibleChat(key);
+    const before = id === null ? EMPTY : this.get(id);
     // Newer than those kept from before this page loaded (should those be read later).
-    this.touched.add(threadId);
-    this.files.delete(threadId);
-    if (files.length > 0) this.files.set(threadId, files);
-    this.tellElsewhere(threadId, before);
+    this.touched.add(key);
+    this.files.delete(key);
+    if (files.length > 0) this.files.set(key, files);
+    if (id !== null) this.tellElsewhere(id, before);
   }
 
   private tellElsewhere(threadId: string, before: Draft): void {
@@ -123,8 +171,8 @@ export class Drafts {
   /** The chat's draft (empty when it has none). */
   get(threadId: string | null): Draft {
     const id = threadId ?? NO_CHAT;
-    const text = this.texts.get(id) ?? '';
-    const files = this.files.get(id) ?? [];
+    const text = this.pick(this.texts, id) ?? '';
+    const files = this.pick(this.files, id) ?? [];
     return text === '' && files.length === 0 ? EMPTY : { text, files };
   }
 
@@ -140,13 +188,16 @@ export class Drafts {
    */
   setFiles(threadId: string | null, files: Attachment[]): void {
     const id = threadId ?? NO_CHAT;
-    const hadFiles = this.files.get(id) ?? [];
+    const hadFiles = this.pick(this.files, id) ?? [];
     if (hadFiles === files || (hadFiles.length === 0 && files.length === 0)) return;
-    this.touched.add(id);
-    this.keepFiles(id, files);
+    const key = this.key(id);
+    this.touched.add(key);
+    this.keepFiles(key, files);
+    // Files kept by chat id alone (an earlier version) were these: this folder's now.
+    if (key !== id && this.files.delete(id)) this.keepFiles(id, []);
     // The most recently given last; as many chats' files as texts are kept (megabytes each, at most).
-    this.files.delete(id);
-    if (files.length > 0) this.files.set(id, files);
+    this.files.delete(key);
+    if (files.length > 0) this.files.set(key, files);
     while (this.files.size > MAX_DRAFTS) {
       const oldest = this.files.keys().next().value as string;
       this.files.delete(oldest);
@@ -157,12 +208,15 @@ export class Drafts {
   /** Keeps the chat's text, leaving its files as they are (see setFiles). */
   setText(threadId: string | null, text: string): void {
     const id = threadId ?? NO_CHAT;
-    const had = this.texts.get(id);
+    const had = this.pick(this.texts, id);
     if (had === text || (had === undefined && text === '')) return;
     // What the other tabs and windows of this page wrote meanwhile stays: only this chat's entry changes.
     this.reload();
+    const key = this.key(id);
+    this.texts.delete(key);
+    // A text kept by chat id alone (an earlier version) was this one: this folder's now.
     this.texts.delete(id);
-    if (text !== '') this.texts.set(id, text);
+    if (text !== '') this.texts.set(key, text);
     while (this.texts.size > MAX_DRAFTS) {
       const oldest = this.texts.keys().next().value as string;
       this.texts.delete(oldest);
@@ -182,28 +236,79 @@ export class Drafts {
     this.tellElsewhere(threadId ?? NO_CHAT, before);
   }
 
-  /** Forgets the drafts of chats that are gone (deleted here or elsewhere). */
+  /**
+   * The folder shown now has these chats: the drafts of its chats that are gone (deleted here or elsewhere) are
+   * forgotten. Other folders' drafts stay. Drafts kept by chat id alone (an earlier version) become this folder's
+   * where it has their chat; the others stay as they are (they may be another folder's).
+   */
   keepOnly(threadIds: ReadonlySet<string>): void {
     this.alive = threadIds;
     this.reload();
     let changed = false;
-    for (const id of [...this.texts.keys()]) {
-      if (id === NO_CHAT || threadIds.has(id)) continue;
-      this.texts.delete(id);
-      changed = true;
+    const alive = (id: string) => id === NO_CHAT || threadIds.has(id);
+    for (const [key, text] of [...this.texts]) {
+      const id = this.ownChat(key);
+      if (id !== null) {
+        if (alive(id)) continue;
+        this.texts.delete(key);
+        changed = true;
+      } else if (this.adopts(key) && alive(key)) {
+        this.texts.delete(key);
+        if (!this.texts.has(this.key(key))) this.texts.set(this.key(key), text);
+        changed = true;
+      }
     }
-    for (const id of [...this.files.keys()]) {
-      if (id === NO_CHAT || threadIds.has(id)) continue;
-      this.files.delete(id);
-      this.keepFiles(id, []);
+    for (const [key, files] of [...this.files]) {
+      const id = this.ownChat(key);
+      if (id !== null) {
+        if (alive(id)) continue;
+        this.files.delete(key);
+        this.keepFiles(key, []);
+      } else if (this.adopts(key) && alive(key)) {
+        this.files.delete(key);
+        this.keepFiles(key, []);
+        const own = this.key(key);
+        if (!this.files.has(own)) {
+          this.files.set(own, files);
+          this.keepFiles(own, files);
+        }
+      }
     }
     if (changed) this.save();
   }
 
-  /** Keeps a chat's files (none: forgets them) across reloads, and tells the page's other tabs and windows. */
-  private keepFiles(threadId: string, files: Attachment[]): void {
-    this.fileStore?.write(threadId, files);
-    this.share?.post(threadId, files);
+  /** The key of a chat's draft for the folder shown now. */
+  private key(threadId: string): string {
+    return draftKey(this.folder, threadId);
+  }
+
+  /** The chat whose draft a key keeps, when it is one of the folder shown now's own (null: another's, or untold). */
+  private ownChat(key: string): string | null {
+    if (this.folder === undefined) return key.includes(SEP) ? null : key;
+    const prefix = `${this.folder}${SEP}`;
+    return key.startsWith(prefix) ? key.slice(prefix.length) : null;
+  }
+
+  /** A key of a draft kept by chat id alone (an earlier version), while a folder is shown: its chat's if it has it. */
+  private adopts(key: string): boolean {
+    return this.folder !== undefined && !key.includes(SEP);
+  }
+
+  /** The chat whose draft a key may be shown as, in the folder shown now (its own, or one kept by chat id alone). */
+  private visibleChat(key: string): string | null {
+    return this.ownChat(key) ?? (this.adopts(key) ? key : null);
+  }
+
+  /** A chat's entry for the folder shown now: its own, else one kept by chat id alone (an earlier version). */
+  private pick<T>(map: ReadonlyMap<string, T>, threadId: string): T | undefined {
+    const own = map.get(this.key(threadId));
+    return own !== undefined || this.folder === undefined ? own : map.get(threadId);
+  }
+
+  /** Keeps a draft's files (none: forgets them) across reloads, and tells the page's other tabs and windows. */
+  private keepFiles(key: string, files: Attachment[]): void {
+    this.fileStore?.write(key, files);
+    this.share?.post(key, files);
   }
 
   /** The stored texts as they are now (another tab may have written since this one read them). */

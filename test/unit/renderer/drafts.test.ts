@@ -4,6 +4,7 @@ import {
   type DraftFileStore,
   type DraftStorage,
   Drafts,
+  draftKey,
   MAX_DRAFTS,
 } from '../../../src/renderer/lib/drafts';
 
@@ -231,5 +232,63 @@ describe('per-chat drafts', () => {
     const d = new Drafts(refusing);
     d.set('a', { text: 'still here', files: [] });
     expect(d.get('a').text).toBe('still here');
+  });
+
+  it("each data folder has its own drafts: another folder's are kept, not shown, and shown again with theirs", async () => {
+    const storage = memoryStorage();
+    const files = memoryFiles();
+    await files.release();
+    const d = new Drafts(storage, files);
+    d.setFolder('A');
+    d.keepOnly(new Set(['tA', 'same']));
+    d.set('tA', { text: 'for tA', files: [file] });
+    d.set('same', { text: "A's", files: [] });
+    expect(d.count()).toBe(2);
+    // kvdesk started again on folder B (the page kept open): A's chats are not B's.
+    d.setFolder('B');
+    d.keepOnly(new Set(['tB', 'same']));
+    expect(d.count()).toBe(0);
+    expect(d.get('same')).toEqual({ text: '', files: [] });
+    expect(d.get('tA')).toEqual({ text: '', files: [] });
+    d.set('same', { text: "B's", files: [] });
+    expect(files.kept.has(draftKey('A', 'tA'))).toBe(true);
+    // Back on A (or a page loaded again there): A's drafts, as written.
+    const again = new Drafts(storage, files);
+    again.setFolder('A');
+    again.keepOnly(new Set(['tA', 'same']));
+    await new Promise((r) => setTimeout(r, 0));
+    expect(again.get('tA')).toEqual({ text: 'for tA', files: [file] });
+    expect(again.get('same').text).toBe("A's");
+    again.setFolder('B');
+    expect(again.get('same').text).toBe("B's");
+    // Chats deleted from A go with their drafts when A's chats are listed; B's stay.
+    again.setFolder('A');
+    again.keepOnly(new Set(['same']));
+    expect(files.kept.has(draftKey('A', 'tA'))).toBe(false);
+    again.setFolder('B');
+    expect(again.get('same').text).toBe("B's");
+  });
+
+  it('drafts kept by chat id alone (an earlier version) are the draft of that chat in the first folder that has it', () => {
+    const storage = memoryStorage(JSON.stringify({ tA: 'old draft', other: 'not here', '': 'before a chat' }));
+    const d = new Drafts(storage);
+    d.setFolder('A');
+    expect(d.get('tA').text).toBe('old draft');
+    d.keepOnly(new Set(['tA']));
+    expect(JSON.parse(storage.raw() ?? '{}')).toEqual({
+      other: 'not here',
+      [draftKey('A', 'tA')]: 'old draft',
+      [draftKey('A', '')]: 'before a chat',
+    });
+    // Another folder does not see A's; the one no folder has yet stays for whichever has its chat.
+    d.setFolder('B');
+    d.keepOnly(new Set(['tA']));
+    expect(d.get('tA').text).toBe('');
+    expect(d.get('other').text).toBe('not here');
+    // Without a folder (the Electron window) drafts are kept by chat id, as before.
+    const electron = new Drafts(memoryStorage(JSON.stringify({ a: 'x', gone: 'y' })));
+    electron.keepOnly(new Set(['a']));
+    expect(electron.get('a').text).toBe('x');
+    expect(electron.get('gone').text).toBe('');
   });
 });
