@@ -507,13 +507,13 @@ async function generate(
  * means nothing here. (One of several prompts is named by rowOfFlag, saying to shorten it or leave it out.)
  */
 function promptTooLong(info: ErrorInfo): ErrorInfo {
-  const { promptTokens, contextLength, field } = info.detail ?? {};
+  const { promptTokens, contextLength, field, countedUpTo } = info.detail ?? {};
   if (info.code !== 'CONTEXT_OVERFLOW' || field !== undefined) return info;
   if (typeof promptTokens !== 'number' || typeof contextLength !== 'number') return info;
   return {
     ...info,
     message:
-      `The prompt has ${promptTokens} tokens, which leaves no room for a reply in the model's context of ` +
+      `The prompt has ${countedUpTo !== undefined ? 'at least ' : ''}${promptTokens} tokens, which leaves no room for a reply in the model's context of ` +
       `${contextLength} tokens. Shorten the prompt, or use a model with a longer context.`,
   };
 }

@@ -148,6 +148,39 @@ test('a chat far longer than the context, ending with your message, opens saying
   expect((await wsCall(server, 'deleteThread', { id: id as string })).ok).toBe(true);
 });
 
+test('a chat far longer than the context that refuses it: Get a reply is refused at once as too long, not rendered whole', async ({
+  app,
+  server,
+}) => {
+  test.setTimeout(90_000);
+  // 1,000 exchanges (about 570 kB) with `refuse`, ending with a question: the reply used to render and tokenize the
+  // whole chat before the refusal (a 9 MB chat: ~30 s, then the template's time limit, an error blaming the package).
+  const line = 'The page cache keeps recent pages; eviction is by age. '.repeat(5);
+  const messages = Array.from({ length: 1_000 }, (_, k) => [
+    { id: `u${k}`, role: 'user', content: `Question ${k}: ${line}`, createdAt: 1 },
+    { id: `a${k}`, role: 'assistant', content: `Answer ${k}: ${line}`, createdAt: 1 },
+  ]).flat();
+  messages.push({ id: 'ask', role: 'user', content: 'And what is evicted first?', createdAt: 2 });
+  const thread = { id: 'refuses', title: 'Refuses', createdAt: 1, updatedAt: 2, contextOverflow: 'refuse', messages };
+  const file = test.info().outputPath('refuses.json');
+  writeFileSync(file, JSON.stringify({ kind: 'kvdesk.thread', version: 1, thread }));
+  await app.getByTestId('import-thread-file').setInputFiles(file);
+  await expect(app.getByTestId('import-error')).toHaveCount(0);
+  const id = await app.getByTestId('chat-view').getAttribute('data-thread-id');
+  const meter = app.getByTestId('context-meter');
+  await expect(meter).toContainText('too long for the context', { timeout: 30_000 });
+  const list = app.getByTestId('message-list');
+  const started = Date.now();
+  await list.getByTestId('get-reply').click();
+  const refusal = list.getByTestId('refusal');
+  await expect(refusal).toHaveAttribute('data-code', 'CONTEXT_OVERFLOW', { timeout: 30_000 });
+  expect(Date.now() - started).toBeLessThan(10_000);
+  await expect(refusal).toContainText("Refused: the prompt fills the model's context window");
+  await expect(refusal.getByTestId('refusal-prompt')).toHaveText(/≥[\d,]+ tok/);
+  await expect(refusal).toContainText('The prompt has at least');
+  expect((await wsCall(server, 'deleteThread', { id: id as string })).ok).toBe(true);
+});
+
 test('a listed chat whose messages cannot be read says so in its pane, not "Opening the chat…" for good; a pin of it is refused and undone', async ({
   app,
   server,

@@ -1306,7 +1306,15 @@ export class RunnerService {
         const wait = { modelId: model.id, threadId: req.threadId, timeoutMs: req.timeoutMs };
         return this.waitForReload(requestId, input, sink, reload, wait);
       }
-      ({ rows, tools, contextDrop, reasoning } = this.buildRows(req, model));
+      // A conversation sent whole (`refuse`) is rendered only until its newest turns fill the context: one longer
+      // than that is refused as such, not rendered and tokenized whole first (a chat of MBs took tens of seconds,
+      // or ran the template past its time limit, which then blamed the package).
+      const refuseOver = model.spec.contextLength - 1;
+      let partial: true | undefined;
+      let counted: number[][];
+      ({ rows: counted, tools, contextDrop, reasoning, partial } = this.buildRows(req, model, refuseOver));
+      if (partial) throw contextOverflowAtLeast(this.schedulerOf(model.id), model, counted);
+      rows = counted;
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);
       // A forced call is structured output over the call's schema.
@@ -1626,6 +1634,24 @@ function markupOutOfVocab(err: unknown, renderEmpty: () => unknown): unknown {
       { ...detail, field: 'chatTemplate' },
     );
   }
+}
+
+/**
+ * The refusal of a conversation whose newest turns alone (`rows`, counted no further) already fill the context:
+ * CONTEXT_OVERFLOW as the scheduler words it, the prompt's tokens given as at least what those turns have
+ * (`countedUpTo` says the whole was not counted), and counted among the scheduler's refusals.
+ */
+function contextOverflowAtLeast(sched: Scheduler, model: LoadedModel, rows: number[][]): KvdeskError {
+  const contextLength = model.spec.contextLength;
+  const promptTokens = Math.max(...rows.map((r) => r.length));
+  sched.countRejection('CONTEXT_OVERFLOW');
+  return new KvdeskError(
+    'CONTEXT_OVERFLOW',
+    `The prompt has at least ${promptTokens} tokens (its newest turns alone; it was not counted further), ` +
+      `which leaves no room for a reply in the model's context of ${contextLength} tokens. ` +
+      'Shorten the prompt or start a new chat.',
+    { promptTokens, contextLength, sessionTokens: 0, countedUpTo: contextLength - 1 },
+  );
 }
 
 /** The contract's name of prompt `i` of a request that sent several (`prompts[1]`, `promptIdRows[1]`). */

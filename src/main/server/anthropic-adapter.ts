@@ -660,5 +660,7 @@ function tooLong(error: Record<string, unknown>): string | undefined {
   const { kvdesk_code: code, n_prompt_tokens: prompt, n_ctx: context, session_tokens: session } = error;
   if (code !== 'CONTEXT_OVERFLOW' || typeof prompt !== 'number' || typeof context !== 'number') return undefined;
   const tokens = prompt + (typeof session === 'number' ? session : 0);
-  return `prompt is too long: ${tokens} tokens > ${context - 1} maximum`;
+  // (Counted only until its newest turns filled the context: at least that many; the pattern still matches.)
+  const atLeast = error.counted_up_to !== undefined ? 'at least ' : '';
+  return `prompt is too long: ${atLeast}${tokens} tokens > ${context - 1} maximum`;
 }

@@ -256,7 +256,7 @@ function clientMessage(message: string, field: string | undefined, param: string
  * it in Anthropic's words (anthropicError).
  */
 function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): string | undefined {
-  const { promptTokens, contextLength, sessionTokens } = info.detail ?? {};
+  const { promptTokens, contextLength, sessionTokens, countedUpTo } = info.detail ?? {};
   if (info.code !== 'CONTEXT_OVERFLOW' || hint.api === 'anthropic') return undefined;
   if (typeof promptTokens !== 'number' || typeof contextLength !== 'number') return undefined;
   const tokens = promptTokens + (typeof sessionTokens === 'number' ? sessionTokens : 0);
@@ -267,7 +267,7 @@ function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): 
     hint.prompt === 'prompt'
       ? `Shorten ${what === 'prompt' ? 'the prompt' : `${what} or leave it out`}, or use a model with a longer context.`
       : `Shorten the ${what}, or leave out the oldest turns ("truncation": "auto" has kvdesk do that).`;
-  return `This model's maximum context length is ${contextLength} tokens. However, your ${what} resulted in ${tokens} tokens, which leaves no room for a reply. ${advice}`;
+  return `This model's maximum context length is ${contextLength} tokens. However, your ${what} resulted in ${countedUpTo !== undefined ? 'at least ' : ''}${tokens} tokens, which leaves no room for a reply. ${advice}`;
 }
 
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */

@@ -743,9 +743,11 @@ function ollamaMessage(message: string): string {
  * other error.
  */
 function ollamaTooLong(e: HttpError['body']['error'], kind: OllamaKind | null): string | undefined {
-  const { n_prompt_tokens: tokens, n_ctx: context } = e as { n_prompt_tokens?: unknown; n_ctx?: unknown };
+  const { n_prompt_tokens: n, n_ctx: context } = e as { n_prompt_tokens?: unknown; n_ctx?: unknown };
+  // (Counted only until its newest turns filled the context: at least that many.)
+  const tokens = typeof n === 'number' && e.counted_up_to !== undefined ? `at least ${n}` : n;
   if (e.kvdesk_code !== 'CONTEXT_OVERFLOW' || kind === null) return undefined;
-  if (typeof tokens !== 'number' || typeof context !== 'number') return undefined;
+  if (typeof n !== 'number' || typeof context !== 'number') return undefined;
   const room = `which leaves no room for a reply in the model's context of ${context} tokens`;
   return kind === 'generate'
     ? `The prompt has ${tokens} tokens, ${room}. Shorten the prompt, or use a model with a longer context.`

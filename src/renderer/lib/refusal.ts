@@ -35,8 +35,8 @@ function bytesFigure(label: string, bytes: number | undefined): RefusalFigure[] 
   return bytes === undefined ? [] : [{ label, text: formatBytes(bytes), bytes }];
 }
 
-function countFigure(label: string, n: number | undefined, unit = ''): RefusalFigure[] {
-  return n === undefined ? [] : [{ label, text: `${formatInteger(n)}${unit}` }];
+function countFigure(label: string, n: number | undefined, unit = '', prefix = ''): RefusalFigure[] {
+  return n === undefined ? [] : [{ label, text: `${prefix}${formatInteger(n)}${unit}` }];
 }
 
 /** What the chat knows that the error does not: its system prompt's tokens alone, against the model's context. */
@@ -87,7 +87,8 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
         refused: true,
         title: "Refused: the prompt fills the model's context window",
         figures: [
-          ...countFigure('prompt', num(d, 'promptTokens'), ' tok'),
+          // Counted only until its newest turns filled the context: at least that many.
+          ...countFigure('prompt', num(d, 'promptTokens'), ' tok', num(d, 'countedUpTo') !== undefined ? '≥' : ''),
           ...(num(d, 'sessionTokens') ? countFigure('earlier turns', num(d, 'sessionTokens'), ' tok') : []),
           ...countFigure('context', num(d, 'contextLength'), ' tok'),
         ],
@@ -240,7 +241,7 @@ export function refusalBrief(error: ErrorInfo, request: { rows?: number; fixedTo
       if (prompt === undefined || context === undefined) break;
       const session = num(d, 'sessionTokens') ?? 0;
       return {
-        reason: `${formatInteger(prompt)}${session > 0 ? ` + ${formatInteger(session)} earlier` : ''} tokens fill the ${formatInteger(context)}-token context`,
+        reason: `${num(d, 'countedUpTo') !== undefined ? '≥' : ''}${formatInteger(prompt)}${session > 0 ? ` + ${formatInteger(session)} earlier` : ''} tokens fill the ${formatInteger(context)}-token context`,
         // Earlier turns fill it too: a new chat starts without them.
         action: session > 0 ? 'start a new chat or shorten the prompt' : 'shorten the prompt',
       };

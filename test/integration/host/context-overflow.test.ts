@@ -155,24 +155,9 @@ describe('a conversation longer than the context', () => {
   });
 
   it('a conversation of hundreds of KB is measured from its newest turns: counted only near the context, with the same results', () => {
-    // 600 exchanges of ~700 characters (~440 KB): hundreds of times the context. The host used to count it whole
-    // (the whole chat rendered and tokenized, for each of the page's measures): minutes for a chat of tens of MB,
-    // with every other request waiting behind it.
-    const para = (i: number) =>
-      `Exchange ${i}: ${'the river runs past the old mill and under the stone bridge. '.repeat(11)}`;
-    const messages: ChatMessage[] = Array.from({ length: 600 }, (_, i) => [
-      { role: 'user' as const, content: para(i) },
-      { role: 'assistant' as const, content: `Answer ${i}. ${para(i)}` },
-    ]).flat();
-    messages.push(ASK);
+    const messages = bigChat();
     const chars = messages.reduce((n, m) => n + m.content.length, 0);
-    const tok = h.tokenizerOf('small');
-    const encoded: number[] = [];
-    const encode = tok.encode.bind(tok);
-    tok.encode = (text, opts) => {
-      encoded.push(text.length);
-      return encode(text, opts);
-    };
+    const { encoded, restore } = countEncoded();
     let fit: ReturnType<RunnerService['measurePrompt']>;
     let over: ReturnType<RunnerService['measurePrompt']>;
     try {
@@ -192,7 +177,7 @@ describe('a conversation longer than the context', () => {
       expect(overEncoded).toBeLessThan(chars / 20);
       expect(encoded.length).toBeLessThan(40);
     } finally {
-      tok.encode = encode;
+      restore();
     }
     // What a person sees is as it was: the fewest turns left out that leave the reply its room (drop-oldest, whose
     // turns remember the drop, goes down to half of that), counted exactly.
@@ -213,4 +198,77 @@ describe('a conversation longer than the context', () => {
     expect(h.measurePrompt({ model: 'small', messages: short }, { countUpTo: plain.promptTokens })).toEqual(plain);
     expect(h.measurePrompt({ model: 'small', messages: short }, { countUpTo: CONTEXT })).toEqual(plain);
   });
+
+  it('a conversation of hundreds of KB sent whole (refuse) is refused from its newest turns, without rendering it all', async () => {
+    // A chat far over the context used to be rendered and tokenized whole to be refused: tens of seconds for a chat
+    // of MBs on the host's thread, or the template's time limit, which then blamed the package.
+    const messages = bigChat();
+    const chars = messages.reduce((n, m) => n + m.content.length, 0);
+    const refusals = () => h.schedulerOf('small').snapshot().counters.rejections.CONTEXT_OVERFLOW ?? 0;
+    const before = refusals();
+    const { encoded, restore } = countEncoded();
+    let error: unknown;
+    try {
+      error = await run({ messages }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    } finally {
+      restore();
+    }
+    expect(error).toMatchObject({
+      code: 'CONTEXT_OVERFLOW',
+      message: expect.stringMatching(
+        new RegExp(
+          `^The prompt has at least \\d+ tokens .*context of ${CONTEXT} tokens\\. Shorten the prompt or start a new chat\\.$`,
+        ),
+      ),
+      detail: { contextLength: CONTEXT, countedUpTo: CONTEXT - 1 },
+    });
+    // At least what its newest turns have, which already fill the context: true of the whole.
+    const detail = (error as { detail: { promptTokens: number } }).detail;
+    expect(detail.promptTokens).toBeGreaterThanOrEqual(CONTEXT);
+    expect(detail.promptTokens).toBeLessThan(
+      h.countPromptTokens({ model: 'small', system: SYSTEM, messages: messages.slice(-201) }),
+    );
+    // Only prompts of about the context's size were tokenized, a few of them: not the conversation.
+    expect(encoded.reduce((a, b) => a + b, 0)).toBeLessThan(chars / 20);
+    expect(encoded.length).toBeLessThan(20);
+    // Counted among the refusals, as the scheduler's own are.
+    expect(refusals()).toBe(before + 1);
+  });
 });
+
+/**
+ * 600 exchanges of ~700 characters (~440 KB): hundreds of times the context. The host used to count it whole (the
+ * whole chat rendered and tokenized, for each of the page's measures and to refuse it): minutes for a chat of tens of
+ * MB, with every other request waiting behind it.
+ */
+function bigChat(): ChatMessage[] {
+  const para = (i: number) =>
+    `Exchange ${i}: ${'the river runs past the old mill and under the stone bridge. '.repeat(11)}`;
+  const messages: ChatMessage[] = Array.from({ length: 600 }, (_, i) => [
+    { role: 'user' as const, content: para(i) },
+    { role: 'assistant' as const, content: `Answer ${i}. ${para(i)}` },
+  ]).flat();
+  messages.push(ASK);
+  return messages;
+}
+
+/** The lengths of the texts the small model's tokenizer encodes until `restore`. */
+function countEncoded(): { encoded: number[]; restore: () => void } {
+  const tok = h.tokenizerOf('small');
+  const encoded: number[] = [];
+  const encode = tok.encode;
+  const bound = encode.bind(tok);
+  tok.encode = (text, opts) => {
+    encoded.push(text.length);
+    return bound(text, opts);
+  };
+  return {
+    encoded,
+    restore: () => {
+      tok.encode = encode;
+    },
+  };
+}

@@ -138,6 +138,48 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
     expect((await settled(t.url)).reservedBytes).toBe(0);
   });
 
+  it('a conversation of hundreds of KB is refused from its newest turns, not rendered whole: at least that many tokens', async () => {
+    // 600 exchanges of ~700 characters (~440 KB). It used to be rendered and tokenized whole first (tens of seconds
+    // for a chat of MBs, every other request waiting, or the template's time limit, which blamed the package).
+    const para = (i: number) => `Exchange ${i}: ${'the river runs past the old mill. '.repeat(20)}`;
+    const big: Message[] = Array.from({ length: 600 }, (_, i) => [
+      { role: 'user' as const, content: para(i) },
+      { role: 'assistant' as const, content: `Answer ${i}. ${para(i)}` },
+    ]).flat();
+    big.push(ASK);
+    const tok = t.runner.tokenizerOf(model);
+    const encode = tok.encode;
+    let encoded = 0;
+    tok.encode = (text, opts) => {
+      encoded += text.length;
+      return encode.call(tok, text, opts);
+    };
+    let chatError: { status: number; body: Json };
+    let anthropic: { status: number; body: Json };
+    try {
+      chatError = await post('/v1/chat/completions', { model, messages: [SYSTEM, ...big], max_tokens: MAX_TOKENS });
+      anthropic = await post('/v1/messages', { model, system: SYSTEM.content, messages: big, max_tokens: MAX_TOKENS });
+    } finally {
+      tok.encode = encode;
+    }
+    const chars = big.reduce((n, m) => n + m.content.length, 0);
+    expect(encoded).toBeLessThan(chars / 20);
+    expect(chatError.status).toBe(400);
+    const e = chatError.body.error as Json;
+    expect(e).toMatchObject({ code: 'context_length_exceeded', n_ctx: CONTEXT, counted_up_to: CONTEXT - 1 });
+    const counted = e.n_prompt_tokens as number;
+    expect(counted).toBeGreaterThanOrEqual(CONTEXT);
+    expect(e.message).toBe(
+      `This model's maximum context length is ${CONTEXT} tokens. However, your messages resulted in at least ${counted} tokens, which leaves no room for a reply. Shorten the messages, or leave out the oldest turns ("truncation": "auto" has kvdesk do that).`,
+    );
+    // Anthropic's: still the words clients match, with the number they read.
+    expect(anthropic.status).toBe(400);
+    const message = (anthropic.body.error as Json).message as string;
+    expect(message).toMatch(/^prompt is too long: at least \d+ tokens > 255 maximum\./);
+    expect(Number(/prompt is too long[^0-9]*(\d+)\s*tokens?/.exec(message)?.[1])).toBeGreaterThanOrEqual(CONTEXT);
+    expect((await settled(t.url)).reservedBytes).toBe(0);
+  });
+
   it('Anthropic: a reply the context window cut (max_tokens clipped to the room left) stops with model_context_window_exceeded', async () => {
     const messages = [{ role: 'user', content: 'Tell me a long story' }];
     const room = CONTEXT - t.runner.countPromptTokens({ model, messages: messages as Message[] });

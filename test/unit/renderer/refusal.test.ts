@@ -50,6 +50,17 @@ describe('describeRefusal', () => {
     expect(v.action).toMatch(/shorten the prompt or start a new chat/i);
   });
 
+  it('CONTEXT_OVERFLOW of a chat counted only until its newest turns filled the context: at least that many', () => {
+    const error = {
+      code: 'CONTEXT_OVERFLOW' as const,
+      message: 'The prompt has at least 3267 tokens (its newest turns alone; it was not counted further), …',
+      detail: { promptTokens: 3267, contextLength: 2048, sessionTokens: 0, countedUpTo: 2047 },
+    };
+    const v = describeRefusal(error);
+    expect(v.figures.map((f) => `${f.label} ${f.text}`)).toEqual(['prompt ≥3,267 tok', 'context 2,048 tok']);
+    expect(refusalBrief(error).reason).toBe('≥3,267 tokens fill the 2,048-token context');
+  });
+
   it("CONTEXT_OVERFLOW: the advice once — none of its own where the host's sentence has it", () => {
     const host = {
       code: 'CONTEXT_OVERFLOW' as const,
