@@ -919,10 +919,13 @@ export class ModelLibrary {
       // Its own id: never a lower one than it has taken from a folder that is here (the bundled model only).
       if (r !== undefined && id === r.id) return id;
       if (taken.has(id)) continue;
-      // An id only folders that are not there any more hold is given to this one (a clone, a moved folder, a git
-      // worktree): the missing entry stays listed under another id (settleIds), to be put back or forgotten.
       const holders = this.records.filter((x) => x.id === id && x.root !== abs);
-      if ((await Promise.all(holders.map((x) => isFolder(x.root)))).every((here) => !here)) return id;
+      if (holders.length === 0) return id;
+      // The bundled model takes its plain id from folders that are not there any more (a clone at a new path, a
+      // git worktree): the missing entry stays listed under another id (settleIds), to be put back or forgotten.
+      // Another folder does not: a folder missing now may be on a drive not mounted, and its id would change under
+      // the clients and chats that name it.
+      if (bundled && (await Promise.all(holders.map((x) => isFolder(x.root)))).every((here) => !here)) return id;
     }
     throw new Error('unreachable');
   }
