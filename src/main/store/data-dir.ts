@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
@@ -27,6 +27,15 @@ export function holdsKvdeskData(dir: string, exists: (p: string) => boolean = ex
   return KVDESK_DATA.some((name) => exists(path.join(dir, name)));
 }
 
+/** How many chats `dir` holds (its `threads` folder's chat files; 0 where there is none). */
+export function chatsIn(dir: string): number {
+  try {
+    return readdirSync(path.join(dir, 'threads')).filter((f) => f.endsWith('.json')).length;
+  } catch {
+    return 0;
+  }
+}
+
 export interface DataDirChoice {
   dir: string;
   /** Said once where the folder is not the one README names (~/.kvdesk) for a reason the person did not give. */
@@ -36,8 +45,10 @@ export interface DataDirChoice {
 /**
  * The data folder of the window and of `kvdesk serve` (the browser UI `npm start` falls back to) alike, so that both
  * show the same chats: `--data-dir`, else $KVDESK_DATA_DIR (an empty one is unset), else ~/.kvdesk. Where ~/.kvdesk
- * holds no kvdesk data but the window's old folder (Electron's userData) does, that one is used, and said: an
- * existing person's chats are never left behind. A leading `~` is the home folder. An empty --data-dir is refused.
+ * holds no kvdesk data but the window's old folder (Electron's userData) does, or the old folder holds chats and
+ * ~/.kvdesk none (a `kvdesk serve` or `pull` run once leaves a library there, no chats), the old folder is used, and
+ * said: an existing person's chats are never left behind. Where both hold chats, ~/.kvdesk is used and the other
+ * named. A leading `~` is the home folder. An empty --data-dir is refused.
  */
 export function chooseDataDir(options: {
   flag?: string | undefined;
@@ -46,6 +57,8 @@ export function chooseDataDir(options: {
   /** The window's old folder; Electron's userData for this platform unless given. */
   legacy?: string;
   exists?: (p: string) => boolean;
+  /** How many chats a folder holds; {@link chatsIn} unless given. */
+  chats?: (dir: string) => number;
 }): DataDirChoice {
   const { flag } = options;
   if (flag !== undefined && flag.trim() === '') {
@@ -63,13 +76,26 @@ export function chooseDataDir(options: {
   const dir = path.join(home, '.kvdesk');
   const exists = options.exists ?? existsSync;
   const legacy = options.legacy ?? electronUserDataDir(process.platform, env, home);
-  if (!holdsKvdeskData(dir, exists) && holdsKvdeskData(legacy, exists)) {
+  const chats = options.chats ?? chatsIn;
+  if (!holdsKvdeskData(legacy, exists)) return { dir };
+  const oldChats = chats(legacy);
+  const newChats = holdsKvdeskData(dir, exists) ? chats(dir) : 0;
+  if (!holdsKvdeskData(dir, exists) || (oldChats > 0 && newChats === 0)) {
     return {
       dir: legacy,
       note:
         `kvdesk: using the data folder ${legacy} (where the desktop window kept its chats before it used ${dir}, ` +
         `which holds none). To use ${dir}, move that folder's contents there while kvdesk is closed; --data-dir or ` +
         '$KVDESK_DATA_DIR picks another.',
+    };
+  }
+  if (oldChats > 0) {
+    return {
+      dir,
+      note:
+        `kvdesk: using the data folder ${dir}; ${legacy}, where the desktop window kept its chats before, holds ` +
+        `${oldChats} chat${oldChats === 1 ? '' : 's'} too: open ${oldChats === 1 ? 'it' : 'them'} with --data-dir ` +
+        `"${legacy}", or import ${oldChats === 1 ? 'its file' : 'their files'} (its threads folder) into this one.`,
     };
   }
   return { dir };

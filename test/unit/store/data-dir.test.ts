@@ -43,6 +43,25 @@ describe('chooseDataDir', () => {
     expect(chooseDataDir({ env: {}, ...h })).toEqual({ dir: path.join(h.home, '.kvdesk') });
   });
 
+  it("keeps the window's old folder while it holds chats and ~/.kvdesk only a library (a serve run once); both: says so", () => {
+    const h = home();
+    mkdirSync(path.join(h.legacy, 'threads'), { recursive: true });
+    writeFileSync(path.join(h.legacy, 'threads', 't1.json'), '{}');
+    writeFileSync(path.join(h.legacy, 'settings.json'), '{}');
+    const kvd = path.join(h.home, '.kvdesk');
+    mkdirSync(path.join(kvd, 'models'), { recursive: true });
+    writeFileSync(path.join(kvd, 'library.json'), '{"version":1,"packages":[]}');
+    const choice = chooseDataDir({ env: {}, ...h });
+    expect(choice.dir).toBe(h.legacy);
+    expect(choice.note).toContain(`using the data folder ${h.legacy}`);
+    // Chats in both: ~/.kvdesk, and the other is named.
+    mkdirSync(path.join(kvd, 'threads'));
+    writeFileSync(path.join(kvd, 'threads', 't2.json'), '{}');
+    const both = chooseDataDir({ env: {}, ...h });
+    expect(both.dir).toBe(kvd);
+    expect(both.note).toContain(`${h.legacy}, where the desktop window kept its chats before, holds 1 chat too`);
+  });
+
   it('--data-dir, then $KVDESK_DATA_DIR (an empty one unset), win over both; an empty --data-dir is refused', () => {
     const h = home();
     mkdirSync(path.join(h.legacy, 'threads'), { recursive: true });
