@@ -31,6 +31,8 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
   try {
     const { values, positionals } = parseFlags(args, PULL_OPTIONS, 'pull');
     if (positionals.length !== 1) throw badArgs('pull takes one repository: owner/name[@revision]');
+    if ((positionals[0] as string).trim() === '')
+      throw badArgs('the repository is empty (""): give a repository, owner/name[@revision]');
     // A word, not a repository: say how to find one.
     if (!(positionals[0] as string).includes('/')) {
       throw badArgs(

@@ -32,8 +32,8 @@ export function ggufMessage(what: string, files?: readonly string[]): string {
 /** `what` is a transformers checkpoint (config, tokenizer, weights in `weights`) without the ONNX graph kvdesk runs. */
 export function checkpointMessage(what: string, weights: readonly string[]): string {
   return (
-    `${what} is a transformers (PyTorch) checkpoint: config.json and a tokenizer with its weights in ` +
-    `${shortList(weights)}, but no ONNX graph (onnx/model.onnx or model.onnx), which is what kvdesk runs. ${GET_ONNX}`
+    `${what} is a transformers (PyTorch) checkpoint: its weights are in ${shortList(weights)}, but it has no ` +
+    `ONNX graph (onnx/model.onnx or model.onnx), which is what kvdesk runs. ${GET_ONNX}`
   );
 }
 

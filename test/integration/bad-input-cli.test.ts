@@ -280,6 +280,7 @@ describe('an empty path ("" from `"$MODEL"` with MODEL unset) is refused, not re
     [['inspect', ''], 'the package is empty ("")'],
     [['generate', '', '--prompt', 'hi', '--max-new-tokens', '1'], 'the package is empty ("")'],
     [['chat', ''], 'the package is empty ("")'],
+    [['pull', ''], 'the repository is empty ("")'],
     [['serve', '--port', '0', '--model', ''], '--model is empty'],
     [['serve', '--port', '0', '--static-dir', ' '], '--static-dir is empty'],
     [['generate', defaultModelDir, '--prompt', 'hi', '--chat-template', ''], '--chat-template is empty'],

@@ -222,6 +222,18 @@ function optimumAdvice(graph: LoadedGraph, input: string): UnboundAdvice {
 export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOptions): Promise<ModelSpec> {
   const configPath = await findFile(ctx, 'config.json');
   if (configPath === undefined) throw packageError('config.json is missing.', { file: 'config.json' });
+  const found = await findGraphVariants(ctx);
+  // No graph where the layout looks, and none named (an ORT package's executor_info names its own): a GGUF file or
+  // a PyTorch checkpoint says what the folder is, before its config or tokenizer (which such folders often lack,
+  // or nest) would send the person after the wrong fix.
+  if (
+    options.graphFile === undefined &&
+    found.variants.length === 0 &&
+    found.otherOnnx.length === 0 &&
+    found.unresolved.length === 0
+  ) {
+    await refuseForeignFormat(ctx);
+  }
   const cfg = new ConfigFields(await readConfigFile(ctx, configPath));
   const file = cfg.file;
   const genPath = await findFile(ctx, 'generation_config.json');
@@ -240,11 +252,7 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     );
   }
 
-  const found = await findGraphVariants(ctx);
   const { variants } = found;
-  if (variants.length === 0 && found.otherOnnx.length === 0 && found.unresolved.length === 0) {
-    await refuseForeignFormat(ctx);
-  }
   // An ORT package's executor_info.ort.model_file names the graph outright; the Optimum naming rule is then moot.
   const variant: FoundVariant | undefined =
     options.graphFile === undefined

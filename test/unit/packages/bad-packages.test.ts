@@ -131,7 +131,7 @@ describe('a model in a format kvdesk does not run (what Ollama, LM Studio and tr
     const dir = await hfPackage({ 'onnx/model.onnx': null, 'model.safetensors': 'weights' });
     const err = await refusal(loadModelSpec(dir), { file: '.' });
     expect(err.message).toContain(
-      'This folder is a transformers (PyTorch) checkpoint: config.json and a tokenizer with its weights in model.safetensors, but no ONNX graph',
+      'This folder is a transformers (PyTorch) checkpoint: its weights are in model.safetensors, but it has no ONNX graph',
     );
     expect(err.message).toContain(getOnnx);
     // Sharded weights, and GGUF beside a config, are told apart the same way.
@@ -141,11 +141,33 @@ describe('a model in a format kvdesk does not run (what Ollama, LM Studio and tr
       'model-00002-of-00002.safetensors': 'w',
     });
     expect((await refusal(loadModelSpec(sharded), { file: '.' })).message).toContain(
-      'weights in model-00001-of-00002.safetensors, model-00002-of-00002.safetensors, but no ONNX graph',
+      'weights are in model-00001-of-00002.safetensors, model-00002-of-00002.safetensors, but it has no ONNX graph',
     );
     const gguf = await hfPackage({ 'onnx/model.onnx': null, 'm.gguf': 'GGUF' });
     expect((await refusal(loadModelSpec(gguf), { file: '.' })).message).toContain(
       'This folder holds GGUF files (m.gguf)',
+    );
+  });
+
+  it('a checkpoint whose config or tokenizer kvdesk would refuse first is still named a checkpoint', async () => {
+    // Gemma-3 style: the text model's fields nested in text_config.
+    const nested = await hfPackage({
+      'onnx/model.onnx': null,
+      'config.json': { model_type: 'gemma3', text_config: { max_position_embeddings: 8192 } },
+      'model.safetensors': 'w',
+    });
+    expect((await refusal(loadModelSpec(nested), { file: '.' })).message).toContain(
+      'is a transformers (PyTorch) checkpoint',
+    );
+    // A slow tokenizer only (tokenizer.model, no tokenizer.json).
+    const slow = await hfPackage({
+      'onnx/model.onnx': null,
+      'tokenizer.json': null,
+      'tokenizer.model': 'sp',
+      'model.safetensors': 'w',
+    });
+    expect((await refusal(loadModelSpec(slow), { file: '.' })).message).toContain(
+      'is a transformers (PyTorch) checkpoint',
     );
   });
 });

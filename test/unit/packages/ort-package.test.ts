@@ -464,6 +464,32 @@ describe('ORT model package: components and executor_info', () => {
     expect(err.message).toContain('none is named "model"');
   });
 
+  it('loads a Hugging Face variant whose model_file is elsewhere, with PyTorch or GGUF weights beside it', async () => {
+    const hf = await hfPackage({ 'onnx/model.onnx': null, 'graph/model.onnx': decoderGraph() });
+    // The cpu variant an Optimum folder (not onnxruntime-genai's), its graph where model_file says.
+    const files: Record<string, FileContent> = {
+      'cpu/genai_config.json': null,
+      'cpu/model.onnx': null,
+      'cpu/model.safetensors': 'w',
+      'cpu/model-q4.gguf': 'GGUF',
+    };
+    for (const name of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) {
+      files[`cpu/${name}`] = await fs.readFile(path.join(hf, name));
+    }
+    files['cpu/graph/model.onnx'] = await fs.readFile(path.join(hf, 'graph', 'model.onnx'));
+    const dir = await ortPackage({
+      manifest: {
+        components: {
+          model: { variants: { cuda: undefined, cpu: { executor_info: { ort: { model_file: 'graph/model.onnx' } } } } },
+        },
+      },
+      files,
+    });
+    const spec = await loadModelSpec(dir, { availableBackends: [CPU] });
+    expect(spec.layout).toBe('ort-package');
+    expect(spec.graphPath).toBe(path.join(dir, 'cpu', 'graph', 'model.onnx'));
+  });
+
   it('refuses a variant folder that is not one of layouts 1–3', async () => {
     const dir = await ortPackage({ files: { 'cpu/genai_config.json': null } });
     const err = await refusal(loadModelSpec(dir), { file: 'cpu' });
