@@ -102,3 +102,20 @@ test('a reply that ends by itself while Stop has the focus hands it to the messa
   await expect(lastReply(page)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
   await expect(page.getByTestId('chat-input')).toBeFocused();
 });
+
+test('Send clicked with the mouse: its focus, on Stop while the reply runs, goes to the message box when it ends', async ({
+  page,
+}) => {
+  // It runs past the 5 s in which the page puts back the focus of a control just clicked that went away.
+  const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1500 });
+  await openServer(page, server);
+  await openChat(page, id);
+  await page.getByTestId('chat-input').fill('Count to three');
+  await page.getByTestId('send-button').click();
+  const clicked = Date.now();
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
+  await expect(page.getByTestId('stop-button')).toBeFocused();
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done', { timeout: 90_000 });
+  expect(Date.now() - clicked).toBeGreaterThan(5_500);
+  await expect(page.getByTestId('chat-input')).toBeFocused();
+});

@@ -192,13 +192,19 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const stopFocused = useRef(false);
   const sendOrStop = useRef<HTMLButtonElement>(null);
   useLayoutEffect(() => {
-    if (streaming || !stopFocused.current) return;
+    if (busy) {
+      // Send clicked with the mouse keeps the focus as it turns into Stop (React keeps the one button): no focus
+      // event says so.
+      if (document.activeElement !== null && document.activeElement === sendOrStop.current) stopFocused.current = true;
+      return;
+    }
+    if (!stopFocused.current) return;
     stopFocused.current = false;
     const active = document.activeElement;
     if (active === null || active === document.body || active === sendOrStop.current) {
       ref.current?.focus({ preventScroll: true });
     }
-  }, [streaming]);
+  }, [busy]);
   // The window opens ready to type (where nothing else took the focus first).
   useEffect(() => {
     if (document.activeElement === document.body || document.activeElement === null) ref.current?.focus();
