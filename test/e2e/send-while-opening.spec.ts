@@ -159,3 +159,22 @@ test('the chat deleted elsewhere while it opens: the message sent meanwhile is b
   await app.waitForTimeout(500);
   expect(await saved(server, id)).toBeUndefined();
 });
+
+test('a reload while a message with a file waits for its chat: the text and the file are back in the box', async ({
+  app,
+}) => {
+  const { held } = await reloadHeld(app);
+  await app.getByTestId('attach-input').setInputFiles({
+    name: 'notes.txt',
+    mimeType: 'text/plain',
+    buffer: Buffer.from('a note kept across the reload'),
+  });
+  await expect(app.getByTestId('composer-attachment')).toHaveText(/notes\.txt/);
+  await typeAndSend(app, 'draft with a file');
+  await expect(app.getByTestId('send-waiting')).toBeVisible();
+  await expect(app.getByTestId('composer-attachment')).toHaveCount(0);
+  await app.reload();
+  held.release();
+  await expect(app.getByTestId('chat-input')).toHaveValue('draft with a file');
+  await expect(app.getByTestId('composer-attachment')).toHaveText(/notes\.txt/);
+});

@@ -1053,7 +1053,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       return;
     }
     const waiting = takeWaiting(threadId);
-    if (waiting) sendNow(threadId, waiting.content, waiting.attachments);
+    if (!waiting) return;
+    if (waiting.attachments.length > 0) drafts().unhold(threadId);
+    sendNow(threadId, waiting.content, waiting.attachments);
   }
 
   /** Chats being fetched (their summary only here), those saved meanwhile elsewhere, and those to save once here. */
@@ -1660,6 +1662,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         return false;
       }
       waitingSends.set(thread.id, { content, attachments });
+      drafts().hold(thread.id, attachments);
       s().setSendWaiting(thread.id, content);
       fetchThread(thread.id);
       return true;

@@ -237,6 +237,21 @@ export class Drafts {
   }
 
   /**
+   * A message taken from the box that waits for its chat to open: its files are kept in the store as the chat's
+   * (with the draft's own), not shown, so that a reload meanwhile, which gives the message back as the draft, keeps
+   * them (the store's write as the page goes may not finish). {@link unhold} once it is sent.
+   */
+  hold(threadId: string, files: Attachment[]): void {
+    if (files.length === 0) return;
+    this.fileStore?.write(this.key(threadId), [...files, ...(this.pick(this.files, threadId) ?? [])]);
+  }
+
+  /** The held message was sent: the stored files are the draft's own again. */
+  unhold(threadId: string): void {
+    this.fileStore?.write(this.key(threadId), this.pick(this.files, threadId) ?? []);
+  }
+
+  /**
    * The folder shown now has these chats: the drafts of its chats that are gone (deleted here or elsewhere) are
    * forgotten. Other folders' drafts stay. Drafts kept by chat id alone (an earlier version) become this folder's
    * where it has their chat; the others stay as they are (they may be another folder's).
