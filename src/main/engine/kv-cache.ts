@@ -263,8 +263,12 @@ function withDims(spec: KvTensorSpec, dims: readonly number[], batch: number, se
   return out;
 }
 
-/** Pads a KV tensor on the left of its sequence axis with zeros up to `seq` positions (masked out by the caller). */
-export function padSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, seq: number): ort.Tensor {
+/**
+ * Pads a KV tensor with zeros up to `seq` positions on one side of its sequence axis (masked out by the caller): the
+ * left, or the right — the batch's layout for attention that takes a row's first positions as its own
+ * (GroupQueryAttention's `seqlens_k`), which never reads them.
+ */
+function padSeq(spec: KvTensorSpec, tensor: ort.Tensor, seq: number, side: 'left' | 'right'): ort.Tensor {
   const b = blocks(spec, tensor.dims);
   if (seq === b.seq) return tensor;
   const src = tensor.data as TypedArray;
@@ -272,26 +276,18 @@ export function padSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, seq: number):
   const dst = kvArray(spec.dtype, rows * seq * b.post);
   const from = b.seq * b.post;
   const to = seq * b.post;
-  const shift = (seq - b.seq) * b.post;
+  const shift = side === 'left' ? (seq - b.seq) * b.post : 0;
   for (let i = 0; i < rows; i++) dst.set(src.subarray(i * from, (i + 1) * from), i * to + shift);
   return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, b.batch, seq));
 }
 
-/**
- * Pads a KV tensor on the right of its sequence axis with zeros up to `seq` positions: the batch's layout for attention
- * that takes a row's first positions as its own (GroupQueryAttention's `seqlens_k`), which never reads them.
- */
-export function padSeqRight(spec: KvTensorSpec, tensor: ort.Tensor, seq: number): ort.Tensor {
-  const b = blocks(spec, tensor.dims);
-  if (seq === b.seq) return tensor;
-  const src = tensor.data as TypedArray;
-  const rows = b.pre * b.batch * b.mid;
-  const dst = kvArray(spec.dtype, rows * seq * b.post);
-  const from = b.seq * b.post;
-  const to = seq * b.post;
-  for (let i = 0; i < rows; i++) dst.set(src.subarray(i * from, (i + 1) * from), i * to);
-  return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, b.batch, seq));
-}
+/** {@link padSeq} on the left. */
+export const padSeqLeft = (spec: KvTensorSpec, tensor: ort.Tensor, seq: number): ort.Tensor =>
+  padSeq(spec, tensor, seq, 'left');
+
+/** {@link padSeq} on the right. */
+export const padSeqRight = (spec: KvTensorSpec, tensor: ort.Tensor, seq: number): ort.Tensor =>
+  padSeq(spec, tensor, seq, 'right');
 
 /** Drops the first `drop` positions of the sequence axis (padding every row has). */
 export function trimSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, drop: number): ort.Tensor {

@@ -12,6 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFile, readlink, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
+import { alive } from '../store/file-lock';
 
 /** Who holds a lock, as its file says. */
 export interface LockHolder {
@@ -64,15 +65,6 @@ async function procStat(pid: number): Promise<{ state: string; start: string } |
 /** A process killed whose parent has not reaped it yet (or none will: a container's init that reaps none). */
 function zombie(proc: { state: string } | undefined): boolean {
   return proc !== undefined && (proc.state === 'Z' || proc.state === 'X');
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** What a lock file says of its holder: a holder, a bare pid (kvdesk before these locks), or nothing usable. */

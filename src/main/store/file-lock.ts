@@ -37,7 +37,7 @@ interface Holder {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Whether process `pid` runs on this host (a pid this user may not signal runs: EPERM). */
-function alive(pid: number): boolean {
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
