@@ -1277,6 +1277,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     restoreFor = null;
     saidWaiting = true; // said here
     persistedUnread = true; // read at the open that follows
+    // A message waiting for its chat (of the folder before) to open is its draft again, kept with the others.
+    for (const id of [...waitingSends.keys()]) giveBack(id);
     // The drafts of the folder before stay in the browser for it (shown again when the page meets its kvdesk).
     const draftsKept = drafts().count();
     drafts().setFolder(transport.dataId);
