@@ -206,7 +206,8 @@ describe.skipIf(
     expect(url).toBe(`http://127.0.0.1:${port}`);
     expect(output()).toContain("kvdesk: downloading Electron's binary, once");
     expect(output()).toContain(
-      "The download of Electron's binary failed (TypeError: fetch failed): offline, or a proxy or firewall blocks it?",
+      // The fetch's cause too (bin/fetch-cause.cjs), which install.js's stack leaves out.
+      `The download of Electron's binary failed (TypeError: fetch failed: connect ECONNREFUSED 127.0.0.1:${closed}): offline, or a proxy or firewall blocks it?`,
     );
     expect(output()).toContain('Until then kvdesk runs its headless UI');
     // Nothing of the failed download was left in the package (the next start tries again).
