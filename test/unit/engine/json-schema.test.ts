@@ -38,8 +38,11 @@ import {
 
 type Schema = Record<string, unknown>;
 
-/** An independent check: ajv, a full JSON Schema validator. */
-const ajv = new Ajv({ strict: false });
+/**
+ * An independent check: ajv, a full JSON Schema validator. Without its optimizing pass over the code it generates:
+ * the same validation, and each of the hundreds of generated schemas compiles in about half the time.
+ */
+const ajv = new Ajv({ strict: false, code: { optimize: false } });
 const conforms = (v: unknown, s: Schema): boolean => ajv.validate(s, v) as boolean;
 
 const PERSON: Schema = {
@@ -205,7 +208,8 @@ function walk(root: SchemaNode, seed: number): string | null {
       const next = feedSchemaByte(root, st, b);
       if (next) allowed.push({ b, next });
     }
-    expect(allowed.length, Buffer.from(out).toString()).toBeGreaterThan(0);
+    // (Asserted only where it fails: an expect() at each of a walk's bytes was a third of this file's time.)
+    if (allowed.length === 0) expect.fail(`no byte may follow ${Buffer.from(out).toString()}`);
     const closing = allowed.filter((a) => '"}],:0'.includes(String.fromCharCode(a.b)));
     const pool = closing.length > 0 && rnd() < 0.6 ? closing : allowed;
     const pick = pool[Math.floor(rnd() * pool.length)] as (typeof allowed)[number];
@@ -214,7 +218,9 @@ function walk(root: SchemaNode, seed: number): string | null {
   }
   if (!st.done) return null;
   // Nothing may follow the closed object.
-  for (let b = 0; b < 256; b++) expect(feedSchemaByte(root, st, b)).toBeNull();
+  for (let b = 0; b < 256; b++) {
+    if (feedSchemaByte(root, st, b) !== null) expect.fail(`byte ${b} taken after the closed ${Buffer.from(out)}`);
+  }
   return Buffer.from(out).toString('utf8');
 }
 
