@@ -48,6 +48,7 @@ import {
   isLoopback,
   isWildcard,
   liveAllowedHosts,
+  liveOwnOrigins,
   normalOrigin,
 } from './security';
 import { PAGE_HEADERS, serveStatic, uiBuildOf } from './static-files';
@@ -211,6 +212,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // The policy needs the port, which an ephemeral bind only knows after listen().
   const policy: AccessPolicy = {
     allowedHosts: new Set(),
+    ownOrigins: new Set(),
     token,
     cookieName: 'kvdesk_token',
     allowedOrigins: allowedOriginsOf(opts.allowedOrigins ?? []),
@@ -656,6 +658,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   }
   const port = (server.address() as AddressInfo).port;
   policy.allowedHosts = liveAllowedHosts(bindHost, port, extraHosts);
+  policy.ownOrigins = liveOwnOrigins(bindHost, port, extraHosts);
   policy.cookieName = `kvdesk_token_${port}`;
   // Bound to one address off loopback (a LAN address), only that one answers.
   const urlHost = isWildcard(bindHost) ? '127.0.0.1' : bindHost;

@@ -372,6 +372,37 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
   });
 });
 
+describe('a name given with --allow-host and no port', () => {
+  const TOKEN = 'box-secret';
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer({}, { loadDefault: false, host: '0.0.0.0', token: TOKEN, allowedHosts: ['box.local'] });
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  it("is a Host it answers to, but a page on that name's port 80 is not the UI: the UI's cookie does not let it in", async () => {
+    const ws = `${t.url.replace('http', 'ws')}/ws`;
+    const cookie = `kvdesk_token_${t.server.port}=${TOKEN}`;
+    const host = `box.local:${t.server.port}`;
+    // The UI opened by that name on the server's port.
+    expect(await wsStatus(ws, { host, origin: `http://${host}`, cookie })).toBe(101);
+    // Another web app on box.local (port 80, or 443): its browser sends the same-site cookie; refused.
+    expect(await wsStatus(ws, { host, origin: 'http://box.local', cookie })).toBe(403);
+    expect(await wsStatus(ws, { host, origin: 'https://box.local', cookie })).toBe(403);
+    const refused = await rawRequest(t.url, {
+      path: '/v1/kvdesk/budget',
+      headers: { host, origin: 'http://box.local', cookie },
+    });
+    expect(refused.status).toBe(403);
+    expect(JSON.parse(refused.body).error.message).toContain('--allow-host box.local:80');
+    // The bare name stays a Host it answers to (a proxy's, a browser's on a default port).
+    const bare = await rawRequest(t.url, { path: '/health', headers: { host: 'box.local', cookie } });
+    expect(bare.status).not.toBe(403);
+  });
+});
+
 describe('off loopback', () => {
   it('refuses to listen on another address without a token', async () => {
     const t = await startTestServer({}, { loadDefault: false });
