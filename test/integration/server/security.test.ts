@@ -4,7 +4,7 @@
  * renderer without traversal, health before and after a model loads, and
  * package uploads with their size limit.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -400,6 +400,36 @@ describe('a name given with --allow-host and no port', () => {
     // The bare name stays a Host it answers to (a proxy's, a browser's on a default port).
     const bare = await rawRequest(t.url, { path: '/health', headers: { host: 'box.local', cookie } });
     expect(bare.status).not.toBe(403);
+  });
+});
+
+describe.skipIf(process.platform === 'win32')('the data folder a server makes', () => {
+  it('is yours only: a chat saved over the WebSocket is 0600 in 0700 folders, whatever the umask', async () => {
+    const umask = process.umask(0o022);
+    const base = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-modes-'));
+    const dataDir = path.join(base, 'x', 'd2');
+    const t = await startTestServer({}, { loadDefault: false, dataDir });
+    try {
+      const ws = new WebSocket(`${t.url.replace('http', 'ws')}/ws`);
+      const chat = { id: 't1', title: 'private', createdAt: 1, updatedAt: 1, messages: [] };
+      const result = await new Promise<unknown>((resolve, reject) => {
+        ws.on('message', (data) => {
+          const m = JSON.parse(data.toString()) as { t: string; id?: number; result?: unknown };
+          if (m.t === 'result' && m.id === 1) resolve(m.result);
+        });
+        ws.once('open', () => ws.send(JSON.stringify({ t: 'invoke', id: 1, name: 'saveThread', request: chat })));
+        ws.once('error', reject);
+      });
+      ws.close();
+      expect(result).toMatchObject({ ok: true });
+      const mode = async (p: string) => ((await stat(path.join(dataDir, p))).mode & 0o777).toString(8);
+      for (const folder of ['../', '.', 'threads']) expect(await mode(folder), folder).toBe('700');
+      expect(await mode('threads/t1.json')).toBe('600');
+    } finally {
+      process.umask(umask);
+      await t.close();
+      await rm(base, { recursive: true, force: true });
+    }
   });
 });
 
