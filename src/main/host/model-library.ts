@@ -383,7 +383,7 @@ function isFolder(at: string): Promise<boolean> {
 export class ModelLibrary {
   private readonly file: string;
   /** The data directory, absolute: a root the file gives as a relative path is read from here. */
-  private readonly dataDir: string;
+  readonly dataDir: string;
   /** `<dataDir>/models`, links resolved: a package is an upload when its folder is directly inside. */
   private uploadsDir: string;
   private records: Held[] = [];

@@ -180,6 +180,17 @@ export function crossOrigin(req: IncomingMessage, url: URL, policy: AccessPolicy
   return originAllowed(origin, policy) ? origin : null;
 }
 
+/**
+ * Whether the request is a page of another site that --allow-origin lets call this model API route: not the UI's
+ * own page (`--allow-origin '*'` lets that in by this way too), nor a client that sends no Origin.
+ */
+export function fromAnotherSite(req: IncomingMessage, url: URL, policy: AccessPolicy): boolean {
+  const origin = crossOrigin(req, url, policy);
+  if (origin === null) return false;
+  const hostPort = originHostPort(origin);
+  return hostPort === null || !policy.ownOrigins.has(hostPort);
+}
+
 /** Whether `origin` is one the server was started with (`--allow-origin`), whatever the route. */
 function originAllowed(origin: string, policy: AccessPolicy): boolean {
   const normal = normalOrigin(origin);

@@ -4,7 +4,7 @@
  * renderer without traversal, health before and after a model loads, and
  * package uploads with their size limit.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -369,6 +369,112 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
         /is not an origin to allow: give one as a browser sends it/,
       );
     }
+  });
+});
+
+describe('a page of any origin (--allow-origin *) is answered without the folders of this computer', () => {
+  let t: TestServer;
+  let base: string;
+  beforeAll(async () => {
+    base = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-folders-'));
+    t = await startTestServer({}, { allowedOrigins: ['*'], dataDir: path.join(base, 'data') });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await rm(base, { recursive: true, force: true });
+  });
+  const EVIL = 'https://evil.example';
+
+  it('in every model listing and in an error that names a package folder; the UI and clients without an Origin keep them', async () => {
+    // A package of its own in the library, not loaded: its folder is its `root`, and an error names it.
+    const pkg = path.join(base, 'packages', 'pkg');
+    await cp(defaultModelDir, pkg, { recursive: true });
+    expect((await t.hostApi.call('loadModel', { path: pkg })).ok).toBe(true);
+    for (const model of ['default', 'pkg']) {
+      const unload = await fetch(`${t.url}/api/generate`, {
+        method: 'POST',
+        body: JSON.stringify({ model, keep_alive: 0 }),
+      });
+      expect(unload.status, model).toBe(200);
+    }
+    const folders = [defaultModelDir, pkg, t.dataDir, base];
+    const get = (p: string, origin?: string) =>
+      rawRequest(t.url, { path: p, headers: { host: `127.0.0.1:${t.server.port}`, ...(origin ? { origin } : {}) } });
+    // No Origin (a client that is no web page): the folders are there, so what follows can tell.
+    const own = await get('/v1/models');
+    expect(own.body).toContain(JSON.stringify(pkg));
+    expect(own.body).toContain(JSON.stringify(defaultModelDir));
+    // The UI's own page keeps them too.
+    expect((await get('/v1/models', `http://localhost:${t.server.port}`)).body).toContain(JSON.stringify(pkg));
+    const show = JSON.stringify({ model: 'pkg' });
+    for (const [p, body] of [
+      ['/v1/models', undefined],
+      ['/v1/models/pkg', undefined],
+      ['/api/tags', undefined],
+      ['/api/ps', undefined],
+      ['/api/show', show],
+    ] as const) {
+      const r = await rawRequest(t.url, {
+        method: body ? 'POST' : 'GET',
+        path: p,
+        headers: { host: `127.0.0.1:${t.server.port}`, origin: EVIL, 'anthropic-version': '2023-06-01' },
+        ...(body ? { body } : {}),
+      });
+      expect(r.status, p).toBe(200);
+      expect(r.headers['access-control-allow-origin'], p).toBe(EVIL);
+      for (const f of folders) expect(r.body, `${p}: ${f}`).not.toContain(f);
+      expect(() => JSON.parse(r.body), p).not.toThrow();
+    }
+    const listed = JSON.parse((await get('/v1/models', EVIL)).body) as { data: Array<{ id: string; kvdesk: object }> };
+    expect(listed.data.find((m) => m.id === 'pkg')?.kvdesk).not.toHaveProperty('root');
+    // A package whose folder lost its config: the error names the folder, except to the page of another origin.
+    await rm(path.join(pkg, 'config.json'));
+    const chat = (origin?: string) =>
+      rawRequest(t.url, {
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: {
+          host: `127.0.0.1:${t.server.port}`,
+          'content-type': 'application/json',
+          ...(origin ? { origin } : {}),
+        },
+        body: JSON.stringify({ model: 'pkg', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
+      });
+    const plain = await chat();
+    expect(plain.status).toBeGreaterThanOrEqual(400);
+    expect(plain.body).toContain(pkg);
+    const foreign = await chat(EVIL);
+    // (The library now knows the package cannot load: refused as a model that is not there, naming its folder.)
+    expect(foreign.status).toBeGreaterThanOrEqual(400);
+    for (const f of folders) expect(foreign.body, f).not.toContain(f);
+    expect(foreign.body).toContain('<folder of model pkg>');
+    expect(() => JSON.parse(foreign.body)).not.toThrow();
+    // Its streams still go out whole (the answer is read as it is written): OpenAI's events, Ollama's lines.
+    const streamed = await rawRequest(t.url, {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { host: `127.0.0.1:${t.server.port}`, 'content-type': 'application/json', origin: EVIL },
+      body: JSON.stringify({
+        model: 'default',
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 3,
+        stream: true,
+      }),
+    });
+    expect(streamed.status).toBe(200);
+    expect(streamed.body.trim().endsWith('data: [DONE]')).toBe(true);
+    const lines = await rawRequest(t.url, {
+      method: 'POST',
+      path: '/api/chat',
+      headers: { host: `127.0.0.1:${t.server.port}`, origin: EVIL },
+      body: JSON.stringify({
+        model: 'default',
+        messages: [{ role: 'user', content: 'hi' }],
+        options: { num_predict: 3 },
+      }),
+    });
+    expect(lines.status).toBe(200);
+    expect(JSON.parse(lines.body.trim().split('\n').at(-1) as string)).toMatchObject({ done: true });
   });
 });
 
