@@ -55,7 +55,7 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     }
     const dataDir = dataDirOf(values['data-dir']);
     // Checked before anything downloads, as `serve` checks it (under /proc a recursive mkdir spins for good).
-    await prepareDataDir(dataDir);
+    await prepareDataDir(dataDir, (line) => io.err(`${line}\n`));
     const modelsDir = path.join(dataDir, 'models');
     const plan = await planDownload(listing, modelsDir, named);
     const { root, variant } = plan;

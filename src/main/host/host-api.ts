@@ -329,11 +329,11 @@ export { DELETED_THREADS_KEPT } from '../store/thread-store';
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
-  await prepareDataDir(opts.dataDir);
+  const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  await prepareDataDir(opts.dataDir, log);
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
-  const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const store = new ThreadStore(opts.dataDir, { log });
   const listeners: { [E in HostEventName]: Set<(p: HostEvents[E]) => void> } = {
     budget: new Set(),

@@ -26,6 +26,7 @@ import { packageProblem } from '../packages/package-error';
 import { hfCachePlace } from '../packages/package-fs';
 import { slugify, withModelId } from '../packages/spec-assembly';
 import { isPlainObject, readIfThere, setAside, unreadableFile } from '../store/data-file';
+import { PRIVATE_DIR_MODE, tightenDataDir } from '../store/private-data';
 import { writeAtomic } from '../store/write-atomic';
 import { withKeptTemplate } from './chat-template-pick';
 import { type HeldLock, takeLock } from './folder-lock';
@@ -300,9 +301,12 @@ async function assertFolderOrNothing(dataDir: string): Promise<void> {
  * A data directory a host can keep its library, chats and settings in: made when it is not there (a folder at a
  * time: Node's recursive mkdir loops for good where the kernel answers ENOENT to every mkdir, as under /proc), and
  * written to once. One that cannot be stops the start, naming the folder and why: else the host would run, saving
- * nothing.
+ * nothing. One that was there is made owner-only where it is kvdesk's (tightenDataDir; what it did said in `log`).
  */
-export async function prepareDataDir(dataDir: string): Promise<void> {
+export async function prepareDataDir(
+  dataDir: string,
+  log: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
+): Promise<void> {
   const dir = path.resolve(dataDir);
   await assertFolderOrNothing(dir);
   const refuse = (what: string, err: unknown) => {
@@ -325,8 +329,9 @@ export async function prepareDataDir(dataDir: string): Promise<void> {
       throw refuse(`${at} cannot be read`, s);
     missing.unshift(at);
   }
+  // Made owner-only: a data folder holds chats, settings and keys (private-data.ts).
   for (const at of missing) {
-    await mkdir(at).catch((err: NodeJS.ErrnoException) => {
+    await mkdir(at, { mode: PRIVATE_DIR_MODE }).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'EEXIST') throw refuse(`${at} could not be made`, err);
     });
   }
@@ -337,6 +342,7 @@ export async function prepareDataDir(dataDir: string): Promise<void> {
     throw refuse('kvdesk cannot write there', err);
   }
   await rm(probe, { force: true });
+  if (missing.length === 0) await tightenDataDir(dir, log);
 }
 
 export interface LibraryOptions {
@@ -377,7 +383,7 @@ function isFolder(at: string): Promise<boolean> {
 export class ModelLibrary {
   private readonly file: string;
   /** The data directory, absolute: a root the file gives as a relative path is read from here. */
-  private readonly dataDir: string;
+  readonly dataDir: string;
   /** `<dataDir>/models`, links resolved: a package is an upload when its folder is directly inside. */
   private uploadsDir: string;
   private records: Held[] = [];

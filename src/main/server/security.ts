@@ -25,12 +25,8 @@ function hostWithPort(host: string, port: number): string {
   return bare.includes(':') ? `[${bare}]:${port}` : `${bare}:${port}`;
 }
 
-/**
- * Host header values the server answers to: the loopback names, the bound
- * address (every interface's address and the machine's name when bound to a
- * wildcard), and any names given explicitly (a reverse proxy's name).
- */
-export function allowedHostsFor(bindHost: string, port: number, extra: string[] = []): Set<string> {
+/** The names a server answers to: the loopback names, its bound address (or every interface's and the machine's name), and `extra`. */
+function namesFor(bindHost: string, extra: string[]): string[] {
   const names = ['127.0.0.1', 'localhost', '::1', ...extra];
   if (isWildcard(bindHost)) {
     for (const addrs of Object.values(os.networkInterfaces())) {
@@ -40,19 +36,34 @@ export function allowedHostsFor(bindHost: string, port: number, extra: string[] 
   } else {
     names.push(bindHost);
   }
+  return names;
+}
+
+/** A name given with its own port (`proxy.example:443`, `[::1]:8443`): [name, port]; null for a bare name. */
+function withOwnPort(n: string): [string, string] | null {
+  const m = /^([^[\]:]+):(\d+)$/.exec(n) ?? /^(\[.*\]):(\d+)$/.exec(n);
+  return m ? [m[1] as string, m[2] as string] : null;
+}
+
+/**
+ * Host header values the server answers to: the loopback names, the bound
+ * address (every interface's address and the machine's name when bound to a
+ * wildcard), and any names given explicitly (a reverse proxy's name).
+ */
+export function allowedHostsFor(bindHost: string, port: number, extra: string[] = []): Set<string> {
   const allowed = new Set<string>();
   const bareOf = (n: string) => {
     const bare = n.replace(/^\[|\]$/g, '').toLowerCase();
     return bare.includes(':') ? `[${bare}]` : bare;
   };
   const given = new Set(extra);
-  for (const n of names) {
+  for (const n of namesFor(bindHost, extra)) {
     // Extra names may carry their own port (a proxy's public port).
-    const withPort = /^([^[\]:]+):(\d+)$/.exec(n) ?? /^(\[.*\]):(\d+)$/.exec(n);
+    const withPort = withOwnPort(n);
     if (withPort) {
       allowed.add(n.toLowerCase());
       // Browsers and proxies leave a default port out of Host: https://proxy.example/ sends "proxy.example".
-      if (withPort[2] === '80' || withPort[2] === '443') allowed.add(bareOf(withPort[1] as string));
+      if (withPort[1] === '80' || withPort[1] === '443') allowed.add(bareOf(withPort[0]));
       continue;
     }
     allowed.add(hostWithPort(n, port));
@@ -64,25 +75,57 @@ export function allowedHostsFor(bindHost: string, port: number, extra: string[] 
 }
 
 /**
+ * The origins of the pages that are the UI's own, each as `host:port` (the port always written): the server's
+ * names on its own port, and a name given with a port (a proxy's public one) on that port. A name given without a
+ * port is a Host on a default port too (above), but a page on port 80 or 443 of that name is another web app on
+ * that machine, not this UI: its browser would send the UI's cookie with its requests (a cookie ignores ports).
+ */
+export function ownOriginsFor(bindHost: string, port: number, extra: string[] = []): Set<string> {
+  const own = new Set<string>();
+  for (const n of namesFor(bindHost, extra)) own.add(withOwnPort(n) ? n.toLowerCase() : hostWithPort(n, port));
+  return own;
+}
+
+/** An Origin header as `host:port`, its scheme's default port written out; null for one that is no http(s) origin. */
+export function originHostPort(origin: string): string | null {
+  try {
+    const o = new URL(origin);
+    if (o.protocol !== 'http:' && o.protocol !== 'https:') return null;
+    return `${o.hostname.toLowerCase()}:${o.port || (o.protocol === 'https:' ? '443' : '80')}`;
+  } catch {
+    return null;
+  }
+}
+
+/**
  * The Host names a server answers to, as the checks ask them: {@link allowedHostsFor} read once, or — bound to
  * every address — read again (at most once a second), since this computer's addresses change (a network joined
  * later, a new DHCP lease) and a Host of one it has now is its own.
  */
 export function liveAllowedHosts(bindHost: string, port: number, extra: string[] = []): Pick<Set<string>, 'has'> {
-  let hosts = allowedHostsFor(bindHost, port, extra);
-  if (!isWildcard(bindHost)) return hosts;
+  return liveSet(bindHost, () => allowedHostsFor(bindHost, port, extra));
+}
+
+/** The UI's own origins ({@link ownOriginsFor}), read again as {@link liveAllowedHosts} reads the Host names. */
+export function liveOwnOrigins(bindHost: string, port: number, extra: string[] = []): Pick<Set<string>, 'has'> {
+  return liveSet(bindHost, () => ownOriginsFor(bindHost, port, extra));
+}
+
+function liveSet(bindHost: string, read: () => Set<string>): Pick<Set<string>, 'has'> {
+  let names = read();
+  if (!isWildcard(bindHost)) return names;
   let readAt = Date.now();
   return {
-    has: (host) => {
+    has: (name) => {
       if (Date.now() - readAt > 1000) {
         readAt = Date.now();
         try {
-          hosts = allowedHostsFor(bindHost, port, extra);
+          names = read();
         } catch {
           // The system could not list its addresses just now: the last list stands.
         }
       }
-      return hosts.has(host);
+      return names.has(name);
     },
   };
 }
@@ -95,6 +138,8 @@ export type AccessDecision =
 /** The security settings of a running server. */
 export interface AccessPolicy {
   allowedHosts: Pick<Set<string>, 'has'>;
+  /** The origins (`host:port`, {@link originHostPort}) of the UI's own pages ({@link ownOriginsFor}). */
+  ownOrigins: Pick<Set<string>, 'has'>;
   /** Required on every request when set. */
   token: string | undefined;
   /** Cookie that carries the token for the browser UI; named per port because cookies ignore ports. */
@@ -133,6 +178,17 @@ export function crossOrigin(req: IncomingMessage, url: URL, policy: AccessPolicy
   if (origin === undefined || !policy.allowedOrigins || policy.allowedOrigins.size === 0) return null;
   if (!CROSS_ORIGIN_PATHS.test(url.pathname)) return null;
   return originAllowed(origin, policy) ? origin : null;
+}
+
+/**
+ * Whether the request is a page of another site that --allow-origin lets call this model API route: not the UI's
+ * own page (`--allow-origin '*'` lets that in by this way too), nor a client that sends no Origin.
+ */
+export function fromAnotherSite(req: IncomingMessage, url: URL, policy: AccessPolicy): boolean {
+  const origin = crossOrigin(req, url, policy);
+  if (origin === null) return false;
+  const hostPort = originHostPort(origin);
+  return hostPort === null || !policy.ownOrigins.has(hostPort);
 }
 
 /** Whether `origin` is one the server was started with (`--allow-origin`), whatever the route. */
@@ -185,24 +241,23 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
   /** A page of another origin, let in by --allow-origin: its browser would attach the page's cookie too. */
   let foreign = false;
   if (origin !== undefined) {
-    let originHost: string | null = null;
-    try {
-      const o = new URL(origin);
-      if (o.protocol === 'http:' || o.protocol === 'https:') originHost = o.host.toLowerCase();
-    } catch {
-      originHost = null;
-    }
-    foreign = originHost === null || !policy.allowedHosts.has(originHost);
+    const hostPort = originHostPort(origin);
+    // The UI's own page: one of the server's names on its port, or a name given with its own port (a proxy's).
+    // A page on another port of a name the Host check lets in bare (box.local on 80) is another site's.
+    foreign = hostPort === null || !policy.ownOrigins.has(hostPort);
     if (foreign && crossOrigin(req, url, policy) === null) {
       // An origin it was started with that calls a route beyond the model APIs is told that, not to allow it again.
       const allowed = originAllowed(origin, policy);
+      const named = hostPort === null ? null : new URL(origin).host.toLowerCase();
       return {
         ok: false,
         status: 403,
         code: 'origin_not_allowed',
         message: allowed
           ? `Origin "${origin}" may call this server's model APIs only (OpenAI's, Anthropic's and Ollama's routes), not ${url.pathname}: the rest (the UI, its chats and tools, uploads, downloads, kvdesk's own routes, /metrics) answers only pages the server serves itself. Open the UI from the server's own address.`
-          : `Origin "${origin}" may not call this server: only pages it serves itself may, and pages of origins it was started with (kvdesk serve --allow-origin ${origin}), which may call the model APIs only. Open the UI from the server's own address.`,
+          : named !== null && policy.allowedHosts.has(named)
+            ? `Origin "${origin}" is not this server's UI: a name given without a port (--allow-host) answers as a Host, but a page on ${hostPort} is another site's. Open the UI at the server's own port, or, where ${hostPort} is a reverse proxy to this server, start kvdesk serve with --allow-host ${hostPort}.`
+            : `Origin "${origin}" may not call this server: only pages it serves itself may, and pages of origins it was started with (kvdesk serve --allow-origin ${origin}), which may call the model APIs only. Open the UI from the server's own address.`,
       };
     }
   }

@@ -14,6 +14,7 @@ import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { ownPackage } from '../host/own-package';
 import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
+import { answerWithoutFolders, knownFolders } from './hide-paths';
 import {
   API_HEADERS,
   errorFromInfo,
@@ -45,9 +46,11 @@ import {
   type AccessPolicy,
   checkAccess,
   crossOrigin,
+  fromAnotherSite,
   isLoopback,
   isWildcard,
   liveAllowedHosts,
+  liveOwnOrigins,
   normalOrigin,
 } from './security';
 import { PAGE_HEADERS, serveStatic, uiBuildOf } from './static-files';
@@ -211,6 +214,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // The policy needs the port, which an ephemeral bind only knows after listen().
   const policy: AccessPolicy = {
     allowedHosts: new Set(),
+    ownOrigins: new Set(),
     token,
     cookieName: 'kvdesk_token',
     allowedOrigins: allowedOriginsOf(opts.allowedOrigins ?? []),
@@ -226,9 +230,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
 
   /**
    * A model as OpenAI lists it, with kvdesk's own facts beside: a loaded one, or a library package a request
-   * loads on first use (`kvdesk.loaded: false`, no backend until then).
+   * loads on first use (`kvdesk.loaded: false`, no backend until then; its folder, `root`, except to a page of
+   * another origin: hide-paths.ts).
    */
-  function modelJson(m: ModelInfo | LibraryEntry) {
+  function modelJson(m: ModelInfo | LibraryEntry, foreign: boolean) {
     const spec = m.spec as ModelSpec;
     const loaded = 'backend' in m;
     const created = loaded ? startedAt : Math.floor(m.addedAt / 1000);
@@ -245,7 +250,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       kvdesk: {
         loaded,
         bpt: spec.bpt,
-        ...(loaded ? { backend: m.backend, is_default: m.isDefault } : { root: m.root }),
+        ...(loaded ? { backend: m.backend, is_default: m.isDefault } : foreign ? {} : { root: m.root }),
         weights_bytes: spec.weightsBytes,
         ...(loaded && m.logits ? { logits: m.logits } : {}),
       },
@@ -267,6 +272,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
 
   async function route(req: IncomingMessage, res: ServerResponse, url: URL, setCookie: string | null): Promise<void> {
     const method = req.method ?? 'GET';
+    /** A page of another origin (--allow-origin): answered without this computer's folders (hide-paths.ts). */
+    const foreign = fromAnotherSite(req, url, policy);
     const p = url.pathname;
     const only = (...methods: string[]) => {
       if (!methods.includes(method)) {
@@ -323,7 +330,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
       case '/v1/models': {
         only('GET');
-        const data = (await listedModels()).map(modelJson);
+        const data = (await listedModels()).map((m) => modelJson(m, foreign));
         // OpenAI's list, and Anthropic's page of it (one page: every model).
         sendJson(res, 200, {
           object: 'list',
@@ -450,7 +457,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
           'model',
         );
       }
-      sendJson(res, 200, modelJson(model));
+      sendJson(res, 200, modelJson(model, foreign));
       return;
     }
     if (p.startsWith('/v1/') || p.startsWith('/api/')) {
@@ -574,6 +581,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       res.setHeader('access-control-allow-origin', corsFrom);
       res.setHeader('vary', 'Origin');
       res.setHeader('access-control-expose-headers', 'retry-after, x-should-retry, x-request-id, request-id');
+      // Whatever it is answered (a listing, an error naming a package's folder, a stream) names no folder of this
+      // computer: the UI's own page (which `*` lets in here too) and clients without an Origin keep them.
+      if (fromAnotherSite(req, url, policy)) answerWithoutFolders(res, () => knownFolders(hostApi));
       if (req.method === 'OPTIONS' && policy.allowedHosts.has(req.headers.host?.toLowerCase() ?? '')) {
         res.writeHead(204, {
           'access-control-allow-methods': 'GET, POST, OPTIONS',
@@ -656,6 +666,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   }
   const port = (server.address() as AddressInfo).port;
   policy.allowedHosts = liveAllowedHosts(bindHost, port, extraHosts);
+  policy.ownOrigins = liveOwnOrigins(bindHost, port, extraHosts);
   policy.cookieName = `kvdesk_token_${port}`;
   // Bound to one address off loopback (a LAN address), only that one answers.
   const urlHost = isWildcard(bindHost) ? '127.0.0.1' : bindHost;

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from './private-data';
 
 export const DATA_ID_FILE = 'kvdesk-id';
 const SHAPE = /^[A-Za-z0-9-]{8,64}$/;
@@ -22,9 +23,9 @@ export async function dataFolderId(dataDir: string, log: (line: string) => void)
   if (SHAPE.test(had)) return had;
   const id = randomUUID();
   try {
-    await mkdir(dataDir, { recursive: true });
+    await mkdir(dataDir, { recursive: true, mode: PRIVATE_DIR_MODE });
     // A file there that is not an id (empty, cut short) is replaced; one made meanwhile by another kvdesk is kept.
-    await writeFile(file, `${id}\n`, { flag: had === '' ? 'wx' : 'w' });
+    await writeFile(file, `${id}\n`, { flag: had === '' ? 'wx' : 'w', mode: PRIVATE_FILE_MODE });
     return id;
   } catch (err) {
     const now = await read();

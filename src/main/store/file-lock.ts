@@ -15,6 +15,7 @@ import { link, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promi
 import os from 'node:os';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from './private-data';
 
 export interface FileLockOptions {
   /** A lock older than this is stale whoever holds it (the holder's work takes milliseconds). */
@@ -86,7 +87,7 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
   for (;;) {
     const mine: Holder = { pid: process.pid, host, at: Date.now(), token };
     try {
-      const fd = await open(lockFile, 'wx');
+      const fd = await open(lockFile, 'wx', PRIVATE_FILE_MODE);
       try {
         await fd.writeFile(JSON.stringify(mine));
       } finally {
@@ -98,7 +99,7 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
       // No folder yet (a data folder nothing was written in): made, as the file it guards would make it.
       if (code === 'ENOENT' && !madeFolder) {
         madeFolder = true;
-        await mkdir(path.dirname(lockFile), { recursive: true }).catch(() => {});
+        await mkdir(path.dirname(lockFile), { recursive: true, mode: PRIVATE_DIR_MODE }).catch(() => {});
         continue;
       }
       if (code !== 'EEXIST') {

@@ -4,19 +4,22 @@
  */
 import { chmod, mkdir, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from './private-data';
 
 let tmpSeq = 0;
 
 /**
- * Writes `data` to `file` atomically, creating its folder. A write that fails leaves no temp file behind.
- * `mode` sets the file's permissions (before it appears under its name).
+ * Writes `data` to `file` atomically, creating its folder (owner-only, as a data folder's: private-data.ts). A write
+ * that fails leaves no temp file behind. The file is owner-only (0600; a file that was open to others before is
+ * replaced by one that is not) unless `mode` says otherwise, set exactly before it appears under its name.
  */
 export async function writeAtomic(file: string, data: string, opts: { mode?: number } = {}): Promise<void> {
-  await mkdir(path.dirname(file), { recursive: true });
+  await mkdir(path.dirname(file), { recursive: true, mode: PRIVATE_DIR_MODE });
   // Unique per write: two saves in the same millisecond must not share a temp file.
   const tmp = `${file}.${process.pid}.${Date.now()}.${++tmpSeq}.tmp`;
   try {
-    const fd = await open(tmp, 'w', opts.mode ?? 0o666);
+    const mode = opts.mode ?? PRIVATE_FILE_MODE;
+    const fd = await open(tmp, 'w', mode);
     try {
       await fd.writeFile(data);
       // On disk before the rename makes it the file: else a power cut can leave the new name on empty blocks.
@@ -24,8 +27,9 @@ export async function writeAtomic(file: string, data: string, opts: { mode?: num
     } finally {
       await fd.close();
     }
-    // The umask narrows open()'s mode; a key file must be exactly owner-only whatever the umask.
-    if (opts.mode !== undefined) await chmod(tmp, opts.mode);
+    // The umask narrows open()'s mode; a data file must be exactly owner-only (readable and writable by its owner)
+    // whatever the umask.
+    await chmod(tmp, mode);
     await rename(tmp, file);
   } catch (err) {
     // Nothing else ever removes it: each failed save would leave one more beside the file.

@@ -4,7 +4,7 @@
  * renderer without traversal, health before and after a model loads, and
  * package uploads with their size limit.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -368,6 +368,173 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
       await expect(startServer({ hostApi: t.hostApi, allowedOrigins: [bad] })).rejects.toThrow(
         /is not an origin to allow: give one as a browser sends it/,
       );
+    }
+  });
+});
+
+describe('a page of any origin (--allow-origin *) is answered without the folders of this computer', () => {
+  let t: TestServer;
+  let base: string;
+  beforeAll(async () => {
+    base = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-folders-'));
+    t = await startTestServer({}, { allowedOrigins: ['*'], dataDir: path.join(base, 'data') });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await rm(base, { recursive: true, force: true });
+  });
+  const EVIL = 'https://evil.example';
+
+  it('in every model listing and in an error that names a package folder; the UI and clients without an Origin keep them', async () => {
+    // A package of its own in the library, not loaded: its folder is its `root`, and an error names it.
+    const pkg = path.join(base, 'packages', 'pkg');
+    await cp(defaultModelDir, pkg, { recursive: true });
+    expect((await t.hostApi.call('loadModel', { path: pkg })).ok).toBe(true);
+    for (const model of ['default', 'pkg']) {
+      const unload = await fetch(`${t.url}/api/generate`, {
+        method: 'POST',
+        body: JSON.stringify({ model, keep_alive: 0 }),
+      });
+      expect(unload.status, model).toBe(200);
+    }
+    const folders = [defaultModelDir, pkg, t.dataDir, base];
+    const get = (p: string, origin?: string) =>
+      rawRequest(t.url, { path: p, headers: { host: `127.0.0.1:${t.server.port}`, ...(origin ? { origin } : {}) } });
+    // No Origin (a client that is no web page): the folders are there, so what follows can tell.
+    const own = await get('/v1/models');
+    expect(own.body).toContain(JSON.stringify(pkg));
+    expect(own.body).toContain(JSON.stringify(defaultModelDir));
+    // The UI's own page keeps them too.
+    expect((await get('/v1/models', `http://localhost:${t.server.port}`)).body).toContain(JSON.stringify(pkg));
+    const show = JSON.stringify({ model: 'pkg' });
+    for (const [p, body] of [
+      ['/v1/models', undefined],
+      ['/v1/models/pkg', undefined],
+      ['/api/tags', undefined],
+      ['/api/ps', undefined],
+      ['/api/show', show],
+    ] as const) {
+      const r = await rawRequest(t.url, {
+        method: body ? 'POST' : 'GET',
+        path: p,
+        headers: { host: `127.0.0.1:${t.server.port}`, origin: EVIL, 'anthropic-version': '2023-06-01' },
+        ...(body ? { body } : {}),
+      });
+      expect(r.status, p).toBe(200);
+      expect(r.headers['access-control-allow-origin'], p).toBe(EVIL);
+      for (const f of folders) expect(r.body, `${p}: ${f}`).not.toContain(f);
+      expect(() => JSON.parse(r.body), p).not.toThrow();
+    }
+    const listed = JSON.parse((await get('/v1/models', EVIL)).body) as { data: Array<{ id: string; kvdesk: object }> };
+    expect(listed.data.find((m) => m.id === 'pkg')?.kvdesk).not.toHaveProperty('root');
+    // A package whose folder lost its config: the error names the folder, except to the page of another origin.
+    await rm(path.join(pkg, 'config.json'));
+    const chat = (origin?: string) =>
+      rawRequest(t.url, {
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: {
+          host: `127.0.0.1:${t.server.port}`,
+          'content-type': 'application/json',
+          ...(origin ? { origin } : {}),
+        },
+        body: JSON.stringify({ model: 'pkg', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
+      });
+    const plain = await chat();
+    expect(plain.status).toBeGreaterThanOrEqual(400);
+    expect(plain.body).toContain(pkg);
+    const foreign = await chat(EVIL);
+    // (The library now knows the package cannot load: refused as a model that is not there, naming its folder.)
+    expect(foreign.status).toBeGreaterThanOrEqual(400);
+    for (const f of folders) expect(foreign.body, f).not.toContain(f);
+    expect(foreign.body).toContain('<folder of model pkg>');
+    expect(() => JSON.parse(foreign.body)).not.toThrow();
+    // Its streams still go out whole (the answer is read as it is written): OpenAI's events, Ollama's lines.
+    const streamed = await rawRequest(t.url, {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { host: `127.0.0.1:${t.server.port}`, 'content-type': 'application/json', origin: EVIL },
+      body: JSON.stringify({
+        model: 'default',
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 3,
+        stream: true,
+      }),
+    });
+    expect(streamed.status).toBe(200);
+    expect(streamed.body.trim().endsWith('data: [DONE]')).toBe(true);
+    const lines = await rawRequest(t.url, {
+      method: 'POST',
+      path: '/api/chat',
+      headers: { host: `127.0.0.1:${t.server.port}`, origin: EVIL },
+      body: JSON.stringify({
+        model: 'default',
+        messages: [{ role: 'user', content: 'hi' }],
+        options: { num_predict: 3 },
+      }),
+    });
+    expect(lines.status).toBe(200);
+    expect(JSON.parse(lines.body.trim().split('\n').at(-1) as string)).toMatchObject({ done: true });
+  });
+});
+
+describe('a name given with --allow-host and no port', () => {
+  const TOKEN = 'box-secret';
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer({}, { loadDefault: false, host: '0.0.0.0', token: TOKEN, allowedHosts: ['box.local'] });
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  it("is a Host it answers to, but a page on that name's port 80 is not the UI: the UI's cookie does not let it in", async () => {
+    const ws = `${t.url.replace('http', 'ws')}/ws`;
+    const cookie = `kvdesk_token_${t.server.port}=${TOKEN}`;
+    const host = `box.local:${t.server.port}`;
+    // The UI opened by that name on the server's port.
+    expect(await wsStatus(ws, { host, origin: `http://${host}`, cookie })).toBe(101);
+    // Another web app on box.local (port 80, or 443): its browser sends the same-site cookie; refused.
+    expect(await wsStatus(ws, { host, origin: 'http://box.local', cookie })).toBe(403);
+    expect(await wsStatus(ws, { host, origin: 'https://box.local', cookie })).toBe(403);
+    const refused = await rawRequest(t.url, {
+      path: '/v1/kvdesk/budget',
+      headers: { host, origin: 'http://box.local', cookie },
+    });
+    expect(refused.status).toBe(403);
+    expect(JSON.parse(refused.body).error.message).toContain('--allow-host box.local:80');
+    // The bare name stays a Host it answers to (a proxy's, a browser's on a default port).
+    const bare = await rawRequest(t.url, { path: '/health', headers: { host: 'box.local', cookie } });
+    expect(bare.status).not.toBe(403);
+  });
+});
+
+describe.skipIf(process.platform === 'win32')('the data folder a server makes', () => {
+  it('is yours only: a chat saved over the WebSocket is 0600 in 0700 folders, whatever the umask', async () => {
+    const umask = process.umask(0o022);
+    const base = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-modes-'));
+    const dataDir = path.join(base, 'x', 'd2');
+    const t = await startTestServer({}, { loadDefault: false, dataDir });
+    try {
+      const ws = new WebSocket(`${t.url.replace('http', 'ws')}/ws`);
+      const chat = { id: 't1', title: 'private', createdAt: 1, updatedAt: 1, messages: [] };
+      const result = await new Promise<unknown>((resolve, reject) => {
+        ws.on('message', (data) => {
+          const m = JSON.parse(data.toString()) as { t: string; id?: number; result?: unknown };
+          if (m.t === 'result' && m.id === 1) resolve(m.result);
+        });
+        ws.once('open', () => ws.send(JSON.stringify({ t: 'invoke', id: 1, name: 'saveThread', request: chat })));
+        ws.once('error', reject);
+      });
+      ws.close();
+      expect(result).toMatchObject({ ok: true });
+      const mode = async (p: string) => ((await stat(path.join(dataDir, p))).mode & 0o777).toString(8);
+      for (const folder of ['../', '.', 'threads']) expect(await mode(folder), folder).toBe('700');
+      expect(await mode('threads/t1.json')).toBe('600');
+    } finally {
+      process.umask(umask);
+      await t.close();
+      await rm(base, { recursive: true, force: true });
     }
   });
 });

@@ -6,6 +6,8 @@ import {
   allowedHostsFor,
   checkAccess,
   isLoopback,
+  originHostPort,
+  ownOriginsFor,
   tokenMatches,
 } from '../../../src/main/server/security';
 
@@ -13,8 +15,13 @@ function req(headers: Record<string, string>): IncomingMessage {
   return { headers } as unknown as IncomingMessage;
 }
 
-function policy(token?: string): AccessPolicy {
-  return { allowedHosts: allowedHostsFor('127.0.0.1', 8080), token, cookieName: 'kvdesk_token_8080' };
+function policy(token?: string, extra: string[] = []): AccessPolicy {
+  return {
+    allowedHosts: allowedHostsFor('127.0.0.1', 8080, extra),
+    ownOrigins: ownOriginsFor('127.0.0.1', 8080, extra),
+    token,
+    cookieName: 'kvdesk_token_8080',
+  };
 }
 
 const url = (q = '') => new URL(`http://x/${q}`);
@@ -127,6 +134,34 @@ describe('checkAccess', () => {
     });
     // A cookie of another port's server does not count.
     expect(checkAccess(req({ ...h, cookie: 'kvdesk_token_9090=s3cret' }), url(), p).ok).toBe(false);
+  });
+
+  it("a name given without a port answers as Host bare, but a page on that name's port 80 or 443 is not the UI", () => {
+    const p = policy('s3cret', ['box.local', 'proxy.lan:443']);
+    const cookie = 'kvdesk_token_8080=s3cret';
+    // The bare name is a Host it answers to (a proxy, a browser on a default port), as before.
+    expect(checkAccess(req({ host: 'box.local', cookie }), url(), p).ok).toBe(true);
+    // The UI on the server's own port, by that name: its own page.
+    expect(checkAccess(req({ host: 'box.local:8080', origin: 'http://box.local:8080', cookie }), url(), p).ok).toBe(
+      true,
+    );
+    // Another web app on box.local (port 80 or 443) carries the same-site cookie: refused, told what to do.
+    for (const origin of ['http://box.local', 'https://box.local', 'http://box.local:80']) {
+      const refused = checkAccess(req({ host: 'box.local:8080', origin, cookie }), url(), p);
+      expect(refused, origin).toMatchObject({ ok: false, status: 403, code: 'origin_not_allowed' });
+      expect(refused.ok ? '' : refused.message).toContain('--allow-host box.local:');
+    }
+    // A name given with its own port (a proxy's https address) is the UI's origin on that port only.
+    expect(checkAccess(req({ host: 'proxy.lan', origin: 'https://proxy.lan', cookie }), url(), p).ok).toBe(true);
+    expect(checkAccess(req({ host: 'proxy.lan', origin: 'http://proxy.lan', cookie }), url(), p).ok).toBe(false);
+    expect(checkAccess(req({ host: 'proxy.lan', origin: 'https://proxy.lan:8080', cookie }), url(), p).ok).toBe(false);
+  });
+
+  it('reads an origin as host and port, the default port written', () => {
+    expect(originHostPort('http://Box.Local')).toBe('box.local:80');
+    expect(originHostPort('https://box.local')).toBe('box.local:443');
+    expect(originHostPort('http://[::1]:9000')).toBe('[::1]:9000');
+    for (const bad of ['null', 'file://', 'garbage', 'chrome-extension://abc']) expect(originHostPort(bad)).toBeNull();
   });
 
   it('checks Host before the token, so a rebinding page learns nothing about it', () => {

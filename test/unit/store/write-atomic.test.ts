@@ -72,7 +72,7 @@ describe('writeAtomic', () => {
     expect(readdirSync(dir)).toEqual(['library.json']);
   });
 
-  it('gives the file exactly the mode asked for, whatever the umask', async () => {
+  it('gives the file exactly the mode asked for, or owner-only, whatever the umask', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-atomic-'));
     dirs.push(dir);
     // A umask that takes the owner's write bit too: open()'s mode alone would give 0o400.
@@ -85,7 +85,8 @@ describe('writeAtomic', () => {
       process.umask(before);
     }
     expect(statSync(path.join(dir, 'api-key')).mode & 0o777).toBe(0o600);
-    expect(statSync(path.join(dir, 'plain.json')).mode & 0o777).toBe(0o666);
+    // A data file is its owner's only, even where the umask would let everyone read it.
+    expect(statSync(path.join(dir, 'plain.json')).mode & 0o777).toBe(0o600);
     expect(existsSync(path.join(dir, 'api-key'))).toBe(true);
   });
 });
