@@ -1,12 +1,13 @@
 /**
  * One request or one message must not hold the server: a WebSocket message or a JSON body with millions of values
- * is refused before JSON.parse reads it (the connection and the server answer after), and a connection that sends
- * nothing is closed.
+ * is refused before JSON.parse reads it (the connection and the server answer after), a prompt whose length alone
+ * says it cannot fit the context is refused before it is tokenized, and a connection that sends nothing is closed.
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { WsServerMessage } from '../../../src/shared/api';
+import { fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
 import { startTestServer, type TestServer } from './server-helpers';
 
 /** `{"t":"invoke",…,"request":{"x":[{},{},…]}}` of about `bytes` bytes: millions of empty objects. */
@@ -137,3 +138,47 @@ describe('a connection that sends nothing', () => {
     await health(t.url);
   });
 });
+
+describe.skipIf(!haveFixtures)(
+  `a prompt too long for the context, by its length alone${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
+  () => {
+    it('is refused as context_length_exceeded ("at least" N tokens) without being tokenized', async () => {
+      const loaded = await t.hostApi.call('loadModel', { path: fixture('onnxruntime-genai/tiny-random-gpt2-fp32') });
+      if (!loaded.ok) throw new Error(loaded.error.message);
+      const model = loaded.value.id;
+      try {
+        // One 300 kB word: tokenizing it held the server 5 s, to refuse it after (the context is 512 tokens).
+        const post = (route: string, body: unknown) =>
+          fetch(`${t.url}/v1/${route}`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ model, max_tokens: 2, ...(body as object) }),
+          });
+        const word = 'a'.repeat(300_000);
+        for (const [route, body, what] of [
+          ['chat/completions', { messages: [{ role: 'user', content: word }] }, 'messages'],
+          ['completions', { prompt: word }, 'prompt'],
+        ] as const) {
+          const started = Date.now();
+          const res = await post(route, body);
+          const took = Date.now() - started;
+          expect(res.status).toBe(400);
+          const error = ((await res.json()) as { error: { code: string; message: string; n_prompt_tokens: number } })
+            .error;
+          expect(error.code).toBe('context_length_exceeded');
+          expect(error.message).toContain(
+            `maximum context length is 512 tokens. However, your ${what} resulted in at least ${error.n_prompt_tokens} tokens`,
+          );
+          // 300,000 bytes over the longest token's 128.
+          expect(error.n_prompt_tokens).toBeGreaterThanOrEqual(2344);
+          expect(took).toBeLessThan(5_000);
+        }
+        // A prompt that fits is still answered (this model's vocabulary has none of ChatML's markup: completions).
+        const ok = await post('completions', { prompt: 'a' });
+        expect(ok.status, await ok.clone().text()).toBe(200);
+      } finally {
+        await t.hostApi.call('unloadModel', { id: model });
+      }
+    });
+  },
+);
