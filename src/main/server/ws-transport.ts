@@ -6,7 +6,9 @@
  * which returns their reservations. A server that stops ends them as a shutdown
  * (each stream's last frame says so), then closes the socket as going away (1001).
  * A socket's first message is `hello`, naming the UI build the server serves and the largest message it takes
- * (a page refuses a larger one itself, with a clear error: sent, the server would close the socket).
+ * (a page refuses a larger one itself, with a clear error: sent, the server would close the socket). A message
+ * holding more JSON values than json-guard.ts allows for that size is refused before it is parsed: a call or a
+ * generation gets its error, and the socket stays open.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';

@@ -74,6 +74,33 @@ describe('a message or body with millions of values', () => {
     ws.close();
   });
 
+  it('a generation of 5 MiB of `{}` ends at once with an error frame naming the limit', async () => {
+    const ws = new WebSocket(`${t.url.replace(/^http/, 'ws')}/ws`);
+    const frames: WsServerMessage[] = [];
+    ws.on('message', (data) => frames.push(JSON.parse(data.toString()) as WsServerMessage));
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    ws.send(manyObjects('{"t":"generate","id":"g1","request":{"x":[', 5 * 1024 ** 2, ']}}').toString());
+    const deadline = Date.now() + 30_000;
+    let end: WsServerMessage | undefined;
+    while (!end && Date.now() < deadline) {
+      end = frames.find((m) => m.t === 'frame' && m.id === 'g1');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(end).toMatchObject({
+      t: 'frame',
+      id: 'g1',
+      frame: {
+        type: 'error',
+        error: { code: 'BAD_REQUEST', message: expect.stringContaining('1,000,000 JSON values') },
+      },
+    });
+    expect(ws.readyState).toBe(WebSocket.OPEN);
+    ws.close();
+  });
+
   it('a message of another shape with too many values closes its socket (1008) saying why', async () => {
     const ws = new WebSocket(`${t.url.replace(/^http/, 'ws')}/ws`);
     await new Promise<void>((resolve, reject) => {
