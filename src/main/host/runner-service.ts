@@ -77,7 +77,7 @@ import {
   toolChatTurns,
 } from '../tokenizer/tool-calls';
 import { checkedTemplate, differsOnlyInTemplate, withChatTemplate } from './chat-template-pick';
-import { dropOldest, promptUpTo } from './context-fit';
+import { dropOldest, promptUpTo, turnStarts } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 import {
@@ -1016,10 +1016,9 @@ export class RunnerService {
     let rendered: string | undefined;
     // A prompt refused when too long is refused before it is tokenized where its length alone says it is (encoding
     // runs on the host's one thread: 3 MB of one word held it 46 s, to be refused after).
-    const surely =
-      refusing && req.contextOverflow !== 'drop-oldest'
-        ? (text: string) => refuseSurelyTooLong(this.schedulerOf(model.id), model, text)
-        : undefined;
+    const surely = refusing
+      ? (text: string) => refuseSurelyTooLong(this.schedulerOf(model.id), model, text)
+      : undefined;
     if (req.promptIds) {
       tok.validateIds(req.promptIds);
       rows = [req.promptIds];
@@ -1039,7 +1038,15 @@ export class RunnerService {
       if (messages) {
         if (req.continueFinal) checkContinuation(req, messages, tools);
         const suffixLength = tools?.suffix.length ?? 0;
+        // Leaving out the oldest turns, only a prompt of the last turn alone is surely refused when too long (a longer
+        // one leaves out more instead): the messages (not system ones) it keeps.
+        const starts = turnStarts(messages);
+        const lastTurnOnly = messages.filter((m) => m.role !== 'system').length - (starts[starts.length - 1] as number);
         const render = (kept: ChatMessage[]): number[] => {
+          const beforeEncode =
+            req.contextOverflow !== 'drop-oldest' || kept.filter((m) => m.role !== 'system').length <= lastTurnOnly
+              ? surely
+              : undefined;
           const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...kept] : kept;
           // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
           // Without tools this request, earlier calls and results still go to a template that shows tools its way.
@@ -1056,7 +1063,7 @@ export class RunnerService {
               ...(close || tools?.suffix ? { suffix: close + (tools?.suffix ?? '') } : {}),
               ...(req.continueFinal ? { continueFinal: true } : {}),
               ...(thinking ? { vars: thinking } : {}),
-              ...(surely ? { beforeEncode: surely } : {}),
+              ...(beforeEncode ? { beforeEncode } : {}),
             });
           let applied = apply('');
           // A thinking model told not to think (without a switch), or written to a grammar: its reasoning closed.

@@ -200,6 +200,26 @@ describe.skipIf(!haveFixtures)(
           expect(error.n_prompt_tokens).toBeGreaterThanOrEqual(2344);
           expect(took).toBeLessThan(5_000);
         }
+        // Ollama's chat leaves out the oldest turns to fit: the last turn alone is what is refused so.
+        const started = Date.now();
+        const res = await fetch(`${t.url}/api/chat`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model,
+            stream: false,
+            messages: [
+              { role: 'user', content: 'an older turn' },
+              { role: 'assistant', content: 'its reply' },
+              { role: 'user', content: word },
+            ],
+          }),
+        });
+        expect(res.status).toBe(400);
+        expect(((await res.json()) as { error: string }).error).toMatch(
+          /^The prompt has at least \d+ tokens with only the system messages and the last turn kept, which leaves no room for a reply in the model's context of 512 tokens/,
+        );
+        expect(Date.now() - started).toBeLessThan(5_000);
         // A prompt that fits is still answered (this model's vocabulary has none of ChatML's markup: completions).
         const ok = await post('completions', { prompt: 'a' });
         expect(ok.status, await ok.clone().text()).toBe(200);
