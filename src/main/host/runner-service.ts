@@ -77,7 +77,7 @@ import {
   toolChatTurns,
 } from '../tokenizer/tool-calls';
 import { checkedTemplate, differsOnlyInTemplate, withChatTemplate } from './chat-template-pick';
-import { dropOldest, promptUpTo } from './context-fit';
+import { dropOldest, promptUpTo, turnStarts } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 import {
@@ -982,8 +982,13 @@ export class RunnerService {
   private buildRows(
     req: GenerateRequest,
     model: LoadedModel,
-    /** Measuring only: a conversation's prompt counted no further than this (see measurePrompt). */
+    /** A conversation's prompt counted no further than this (see measurePrompt, and generateAs's refusal). */
     countUpTo?: number,
+    /**
+     * The prompt is for a generation that refuses a prompt too long for the context: one whose length alone says so
+     * is refused before it is tokenized (TextTokenizer.fewestTokens). Measuring counts it instead.
+     */
+    refusing = false,
   ): {
     rows: number[][];
     tools: ToolPlan | undefined;
@@ -1009,6 +1014,11 @@ export class RunnerService {
     let partial = false;
     // The chat prompt as rendered (its end is the same whichever turns drop-oldest keeps).
     let rendered: string | undefined;
+    // A prompt refused when too long is refused before it is tokenized where its length alone says it is (encoding
+    // runs on the host's one thread: 3 MB of one word held it 46 s, to be refused after).
+    const surely = refusing
+      ? (text: string) => refuseSurelyTooLong(this.schedulerOf(model.id), model, text)
+      : undefined;
     if (req.promptIds) {
       tok.validateIds(req.promptIds);
       rows = [req.promptIds];
@@ -1016,14 +1026,27 @@ export class RunnerService {
       for (const [i, r] of req.promptIdRows.entries()) atPrompt(req, i, () => tok.validateIds(r));
       rows = req.promptIdRows;
     } else if (req.prompts) {
-      rows = req.prompts.map((p, i) => atPrompt(req, i, () => tok.encode(p, { addSpecialTokens: true })));
+      rows = req.prompts.map((p, i) =>
+        atPrompt(req, i, () => {
+          surely?.(p);
+          return tok.encode(p, { addSpecialTokens: true });
+        }),
+      );
     } else {
       const messages: ChatMessage[] | undefined =
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
       if (messages) {
         if (req.continueFinal) checkContinuation(req, messages, tools);
         const suffixLength = tools?.suffix.length ?? 0;
+        // Leaving out the oldest turns, only a prompt of the last turn alone is surely refused when too long (a longer
+        // one leaves out more instead): the messages (not system ones) it keeps.
+        const starts = turnStarts(messages);
+        const lastTurnOnly = messages.filter((m) => m.role !== 'system').length - (starts[starts.length - 1] as number);
         const render = (kept: ChatMessage[]): number[] => {
+          const beforeEncode =
+            req.contextOverflow !== 'drop-oldest' || kept.filter((m) => m.role !== 'system').length <= lastTurnOnly
+              ? surely
+              : undefined;
           const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...kept] : kept;
           // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
           // Without tools this request, earlier calls and results still go to a template that shows tools its way.
@@ -1040,6 +1063,7 @@ export class RunnerService {
               ...(close || tools?.suffix ? { suffix: close + (tools?.suffix ?? '') } : {}),
               ...(req.continueFinal ? { continueFinal: true } : {}),
               ...(thinking ? { vars: thinking } : {}),
+              ...(beforeEncode ? { beforeEncode } : {}),
             });
           let applied = apply('');
           // A thinking model told not to think (without a switch), or written to a grammar: its reasoning closed.
@@ -1066,6 +1090,7 @@ export class RunnerService {
           throw markupOutOfVocab(err, () => render(messages.map((m) => ({ ...m, content: '' }))));
         }
       } else {
+        surely?.(req.prompt ?? '');
         rows = [tok.encode(req.prompt ?? '', { addSpecialTokens: true })];
       }
     }
@@ -1312,7 +1337,7 @@ export class RunnerService {
       const refuseOver = model.spec.contextLength - 1;
       let partial: true | undefined;
       let counted: number[][];
-      ({ rows: counted, tools, contextDrop, reasoning, partial } = this.buildRows(req, model, refuseOver));
+      ({ rows: counted, tools, contextDrop, reasoning, partial } = this.buildRows(req, model, refuseOver, true));
       if (partial) throw contextOverflowAtLeast(this.schedulerOf(model.id), model, counted);
       rows = counted;
       checkLogitBias(req, model.spec.vocabSize);
@@ -1651,6 +1676,25 @@ function contextOverflowAtLeast(sched: Scheduler, model: LoadedModel, rows: numb
       `which leaves no room for a reply in the model's context of ${contextLength} tokens. ` +
       'Shorten the prompt or start a new chat.',
     { promptTokens, contextLength, sessionTokens: 0, countedUpTo: contextLength - 1 },
+  );
+}
+
+/**
+ * Refuses a prompt `text` whose fewest possible tokens (TextTokenizer.fewestTokens: its length over the longest any
+ * token covers) already leave no room for a reply, without tokenizing it: CONTEXT_OVERFLOW as the scheduler words it,
+ * the prompt's tokens given as at least that many (`countedUpTo` 0: none were counted).
+ */
+function refuseSurelyTooLong(sched: Scheduler, model: LoadedModel, text: string): void {
+  const contextLength = model.spec.contextLength;
+  const promptTokens = model.tokenizer.fewestTokens(text);
+  if (promptTokens + 1 <= contextLength) return;
+  sched.countRejection('CONTEXT_OVERFLOW');
+  throw new KvdeskError(
+    'CONTEXT_OVERFLOW',
+    `The prompt has at least ${promptTokens} tokens (its ${text.length} characters, over the most any token of the model's vocabulary covers; it was not tokenized), ` +
+      `which leaves no room for a reply in the model's context of ${contextLength} tokens. ` +
+      'Shorten the prompt or start a new chat.',
+    { promptTokens, contextLength, sessionTokens: 0, countedUpTo: 0 },
   );
 }
 

@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
+import { countJsonValues, grouped } from './json-guard';
 
 /** Headers on every API answer: nothing is cacheable, nothing is sniffed. */
 export const API_HEADERS: Readonly<Record<string, string>> = {
@@ -486,8 +487,21 @@ export function tooLarge(size: number, limit: number, raise: string | undefined)
   return err;
 }
 
-/** Parses a JSON body, answering 400 with the parser's message when it is not JSON. */
-export function parseJson(body: Buffer): unknown {
+/**
+ * Parses a JSON body, answering 400 with the parser's message when it is not JSON, and 413 without parsing it when
+ * it holds more than `maxValues` values (json-guard.ts: JSON.parse's time and memory grow with them, on the one
+ * thread every request is answered on). `raise`: how the person running the server raises the limit, where they can.
+ */
+export function parseJson(body: Buffer, maxValues: number, raise?: string): unknown {
+  if (countJsonValues(body, maxValues) > maxValues) {
+    const err = httpError(
+      413,
+      `The request body holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them); kvdesk reads at most ${grouped(maxValues)} in one body (one per 64 bytes of the body size limit, and at least a million). Send fewer${raise ? `, or ${raise}, which raises this limit with it` : ''}.`,
+      'payload_too_large',
+    );
+    err.body.error.limit_values = maxValues;
+    throw err;
+  }
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {

@@ -28,6 +28,7 @@ import {
   setRequestId,
   tooLarge,
 } from './http-util';
+import { maxJsonValuesFor } from './json-guard';
 import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
 import { apiModelName } from './model-names';
 import {
@@ -93,6 +94,11 @@ export interface ServerOptions {
   maxJsonBytes?: number;
   /** Largest message of the UI's WebSocket (a chat's save, attachments and all); default 256 MiB. */
   maxMessageBytes?: number;
+  /**
+   * How long a connection may stay open without a request in flight (none sent yet, or idle between them) before it
+   * is closed; default 60 s. Node closes on its own only those that began one (headersTimeout, requestTimeout).
+   */
+  idleTimeoutMs?: number;
   /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
   raiseLimits?: { json: string; upload: string };
 }
@@ -114,6 +120,8 @@ export interface RunningServer {
 const GIB = 1024 ** 3;
 /** How long a stopping server waits for its generations to write their last words before it cuts them. */
 const SHUTDOWN_GRACE_MS = 2000;
+/** How long a connection may stay open with no request in flight (ServerOptions.idleTimeoutMs). */
+const IDLE_CONNECTION_MS = 60_000;
 /** A base64 string of a JSON upload lives in one JS string; V8 caps those near 512 MiB. */
 const MAX_JSON_UPLOAD_BYTES = 256 * 1024 ** 2;
 
@@ -210,6 +218,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const staticDir = path.resolve(opts.staticDir ?? DEFAULT_STATIC_DIR);
   const maxUploadBytes = opts.maxUploadBytes ?? 2 * GIB;
   const maxJsonBytes = opts.maxJsonBytes ?? 32 * 1024 ** 2;
+  const maxJsonValues = maxJsonValuesFor(maxJsonBytes);
   const startedAt = Math.floor(Date.now() / 1000);
   // The policy needs the port, which an ephemeral bind only knows after listen().
   const policy: AccessPolicy = {
@@ -267,7 +276,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   }
 
   async function jsonBody(req: IncomingMessage): Promise<unknown> {
-    return parseJson(await readBody(req, maxJsonBytes, opts.raiseLimits?.json));
+    return parseJson(await readBody(req, maxJsonBytes, opts.raiseLimits?.json), maxJsonValues, opts.raiseLimits?.json);
   }
 
   async function route(req: IncomingMessage, res: ServerResponse, url: URL, setCookie: string | null): Promise<void> {
@@ -535,7 +544,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     let decoded: DecodedUpload;
     unread = false;
     try {
-      decoded = uploadFromJson(parseJson(await readBody(req, limit)));
+      decoded = uploadFromJson(parseJson(await readBody(req, limit), maxJsonValuesFor(limit)));
     } catch (err) {
       if (!(err instanceof HttpError)) throw err;
       refuse(err);
@@ -564,7 +573,16 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     sendHttpError(res, httpError(status, message, code));
   }
 
+  /** Per connection, its requests being answered (one at a time, but a pipelining client may send more). */
+  const inFlight = new Map<Duplex, number>();
   const server = createServer((req, res) => {
+    const socket = req.socket;
+    inFlight.set(socket, (inFlight.get(socket) ?? 0) + 1);
+    res.once('close', () => {
+      const left = (inFlight.get(socket) ?? 1) - 1;
+      if (left > 0) inFlight.set(socket, left);
+      else inFlight.delete(socket);
+    });
     // Every response names its request (a generation's, the host's id: runGeneration sets it).
     setRequestId(res, newRequestId());
     let url: URL;
@@ -618,7 +636,18 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const connections = new Set<Duplex>();
   server.on('connection', (socket) => {
     connections.add(socket);
-    socket.once('close', () => connections.delete(socket));
+    socket.once('close', () => {
+      connections.delete(socket);
+      inFlight.delete(socket);
+    });
+  });
+  // A connection that sends nothing is closed after a while: Node's headersTimeout and requestTimeout only count
+  // from a request's first byte, and its socket timeout is off by default (11,700 silent sockets were held open).
+  // The socket timeout counts inactivity; one that passes with a request in flight (a long prompt being read, a reply
+  // between tokens) is no reason to close, and Node's keep-alive timeout after a response lands here too.
+  server.timeout = opts.idleTimeoutMs ?? IDLE_CONNECTION_MS;
+  server.on('timeout', (socket: Duplex) => {
+    if (!inFlight.has(socket)) socket.destroy();
   });
 
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {

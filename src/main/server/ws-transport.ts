@@ -6,7 +6,9 @@
  * which returns their reservations. A server that stops ends them as a shutdown
  * (each stream's last frame says so), then closes the socket as going away (1001).
  * A socket's first message is `hello`, naming the UI build the server serves and the largest message it takes
- * (a page refuses a larger one itself, with a clear error: sent, the server would close the socket).
+ * (a page refuses a larger one itself, with a clear error: sent, the server would close the socket). A message
+ * holding more JSON values than json-guard.ts allows for that size is refused before it is parsed: a call or a
+ * generation gets its error, and the socket stays open.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -14,6 +16,7 @@ import { type RawData, type WebSocket, WebSocketServer } from 'ws';
 import { type CallName, CallSchemas, type HostEventName, type WsServerMessage } from '../../shared/api';
 import type { Result } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
+import { countJsonValues, grouped, maxJsonValuesFor } from './json-guard';
 
 /** Budget snapshots are dropped (latest wins anyway) for a socket with this much unsent. */
 const SLOW_SOCKET_BYTES = 4 * 1024 * 1024;
@@ -82,6 +85,7 @@ export function createWsTransport(
   opts: { maxPayloadBytes?: number; toolsAllowed?: boolean; build?: string; dataId?: string } = {},
 ): WsTransport {
   const maxPayload = opts.maxPayloadBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const maxValues = maxJsonValuesFor(maxPayload);
   const wss = new WebSocketServer({ noServer: true, maxPayload });
   const sockets = new Set<WebSocket>();
   /** Per socket: ends its generations as a shutdown, then closes it once they have all sent their last frame. */
@@ -182,11 +186,40 @@ export function createWsTransport(
       maxMessageBytes: maxPayload,
     });
 
+    /**
+     * Refuses a message with too many values without parsing it: a call or a generation (as the page writes them,
+     * `{"t":"invoke","id":7,…`) gets its answer, an error naming the limit; anything else closes the socket.
+     */
+    const refuseUnread = (text: Buffer) => {
+      const message = `This message holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them); kvdesk reads at most ${grouped(maxValues)} in one message (one per 64 bytes of the message size limit, and at least a million). Send less (a chat with fewer messages, or without its replies' token probabilities), or start kvdesk serve with a larger --max-message, which raises this limit with it.`;
+      const error = { code: 'BAD_REQUEST' as const, message, detail: { reason: 'too-many-values', limit: maxValues } };
+      const head = text.subarray(0, 512).toString('utf8');
+      const invoke = /^\{"t":"invoke","id":(\d{1,15})[,}]/.exec(head);
+      if (invoke) return send(ws, { t: 'result', id: Number(invoke[1]), result: { ok: false, error } });
+      const generate = /^\{"t":"generate","id":("(?:[^"\\]|\\.){1,200}")[,}]/.exec(head);
+      if (generate) {
+        let id: unknown;
+        try {
+          id = JSON.parse(generate[1] as string);
+        } catch {
+          id = undefined;
+        }
+        if (typeof id === 'string' && id.length > 0 && id.length <= MAX_GENERATION_ID && !generations.has(id)) {
+          return send(ws, { t: 'frame', id, frame: { type: 'error', requestId: '', error } });
+        }
+      }
+      protocolError(`messages may hold at most ${grouped(maxValues)} JSON values`);
+    };
+
     ws.on('message', (data: RawData, isBinary: boolean) => {
       if (isBinary) return protocolError('binary messages are not part of the kvdesk protocol');
+      const text = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
+      // JSON.parse's time and memory grow with the values a message holds (millions of `{}` held the server for
+      // good): one with too many is refused unread, and the socket stays open.
+      if (countJsonValues(text, maxValues) > maxValues) return refuseUnread(text);
       let msg: { t?: unknown; id?: unknown; name?: unknown; request?: unknown };
       try {
-        msg = JSON.parse(data.toString());
+        msg = JSON.parse(text.toString());
       } catch {
         return protocolError('messages must be JSON');
       }

@@ -570,6 +570,8 @@ export function applyChat(
      * ends where its text ends, with no end-of-turn after it and no new reply opened.
      */
     continueFinal?: boolean;
+    /** Sees the rendered text before it is encoded (and may refuse it: a prompt surely too long to tokenize). */
+    beforeEncode?: (text: string) => void;
   },
 ): AppliedChat {
   const chosen = template !== undefined && template.trim() !== '' ? template : undefined;
@@ -590,6 +592,7 @@ export function applyChat(
     (opts?.continueFinal
       ? continuedRender(template_, messages, renderOpts)
       : renderChatTemplate(template_, messages, renderOpts)) + (opts?.suffix ?? '');
+  opts?.beforeEncode?.(text);
   const ids = tok.encode(text, { addSpecialTokens: false });
   if (tok.addBosToken && bos && ids[0] !== bos.id) {
     tok.validateIds([bos.id]);

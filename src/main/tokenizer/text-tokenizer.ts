@@ -59,6 +59,12 @@ export interface TextTokenizer {
   tokenPiece(id: number): TokenPiece;
   tokenToId(token: string): number | undefined;
   isSpecial(id: number): boolean;
+  /**
+   * The fewest tokens `encode(text, { addSpecialTokens: false })` can give, without tokenizing: the text's length over
+   * the longest any token covers (0 when the tokenizer's parts allow no such bound). Encoding takes time on the
+   * calling thread (seconds for a few hundred kB of one long word); this takes a pass over the text.
+   */
+  fewestTokens(text: string): number;
   /** Checks prompt ids given directly; throws TOKEN_OUT_OF_VOCAB (or BAD_REQUEST) naming the position. */
   validateIds(ids: readonly number[]): void;
   /** Size of the tokenizer's own id space (highest id + 1, added tokens included). */
@@ -324,12 +330,19 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
     return `The text ${JSON.stringify(text)} (${tokenPart}id ${id}, position ${position})`;
   }
 
+  const bound = tokenLengthBound(json);
+
   return {
     vocabSize,
     modelVocabSize,
     specialTokens,
     addBosToken,
     warnings,
+    fewestTokens(text) {
+      if (!bound || text.length === 0) return 0;
+      if (bound.unit === 'bytes') return Math.ceil(Buffer.byteLength(text, 'utf8') / bound.perToken);
+      return Math.ceil(codePoints(text) / bound.shrink / bound.perToken);
+    },
     encode(text, opts) {
       if (typeof text !== 'string') {
         throw new KvdeskError('BAD_REQUEST', `Text to encode must be a string, got ${typeof text}.`);
@@ -501,4 +514,108 @@ function byteLevelBytes(token: string): number[] | undefined {
     bytes.push(b);
   }
   return bytes;
+}
+
+/**
+ * How much text one token covers at most, for {@link TextTokenizer.fewestTokens}: `perToken` bytes of the text (a
+ * byte-level vocabulary without a normalizer), or code points of it after a normalizer that shrinks the text's code
+ * points at most `shrink` times (Unicode composition joins at most 4 into one). Undefined where no true bound is known:
+ * a token that may stand for any run of text (an unknown word's `<unk>`, fused unknowns, an added token that takes
+ * in the spaces beside it), or parts that drop text (whitespace-splitting pre-tokenizers, accent stripping, Strip,
+ * Replace by a pattern, a Split that removes what it matches).
+ */
+function tokenLengthBound(
+  json: TokenizerJson,
+): { unit: 'bytes' | 'codePoints'; perToken: number; shrink: number } | undefined {
+  const model = json.model as {
+    type?: unknown;
+    vocab: unknown;
+    unk_token?: unknown;
+    byte_fallback?: unknown;
+    fuse_unk?: unknown;
+  };
+  if (model.type !== 'BPE' || !isRecord(model.vocab)) return undefined;
+  const byteLevel = decoderTypes(json.decoder).has('ByteLevel');
+  const noUnknowns =
+    model.byte_fallback === true || (byteLevel && (model.unk_token == null || model.fuse_unk !== true));
+  if (!noUnknowns) return undefined;
+  const shrink = normalizerShrink(json.normalizer);
+  if (shrink === undefined || !preTokenizerKeepsText(json.pre_tokenizer)) return undefined;
+  let perToken = 1;
+  // A vocabulary token's text is what it covers, one character of a byte-level alphabet a byte (a byte-fallback
+  // `<0x41>` covers one byte, less than its text): its UTF-16 length is at least the code points and bytes it covers.
+  for (const token of Object.keys(model.vocab)) if (token.length > perToken) perToken = token.length;
+  for (const t of json.added_tokens ?? []) {
+    const { lstrip, rstrip } = t as { lstrip?: unknown; rstrip?: unknown };
+    if (lstrip === true || rstrip === true) return undefined;
+    perToken = Math.max(perToken, Buffer.byteLength(t.content, 'utf8'));
+  }
+  if (byteLevel && json.normalizer === null) return { unit: 'bytes', perToken, shrink: 1 };
+  return { unit: 'codePoints', perToken, shrink };
+}
+
+/** How many times at most a normalizer shrinks a text's code points; undefined: it may drop any of them. */
+function normalizerShrink(n: unknown): number | undefined {
+  if (n === null || n === undefined) return 1;
+  if (!isRecord(n)) return undefined;
+  switch (n.type) {
+    case 'Sequence': {
+      if (!Array.isArray(n.normalizers)) return undefined;
+      let shrink = 1;
+      for (const inner of n.normalizers) {
+        const s = normalizerShrink(inner);
+        if (s === undefined) return undefined;
+        shrink *= s;
+      }
+      return shrink;
+    }
+    case 'Prepend':
+    case 'Lowercase':
+      return 1;
+    case 'NFC':
+    case 'NFD':
+    case 'NFKC':
+    case 'NFKD':
+      return 4;
+    case 'Replace': {
+      // A literal string replaced by one at least as long (SentencePiece's " " → "▁").
+      const pattern = isRecord(n.pattern) ? n.pattern.String : undefined;
+      if (typeof pattern !== 'string' || typeof n.content !== 'string' || pattern.length === 0) return undefined;
+      return codePoints(n.content) >= codePoints(pattern) ? 1 : undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+/** Whether a pre-tokenizer keeps every character of the text (splits it without dropping any). */
+function preTokenizerKeepsText(p: unknown): boolean {
+  if (p === null || p === undefined) return true;
+  if (!isRecord(p)) return false;
+  switch (p.type) {
+    case 'Sequence':
+      return Array.isArray(p.pretokenizers) && p.pretokenizers.every(preTokenizerKeepsText);
+    case 'ByteLevel':
+    case 'Metaspace':
+    case 'Digits':
+      return true;
+    case 'Split':
+    case 'Punctuation':
+      return typeof p.behavior !== 'string' || p.behavior.toLowerCase() !== 'removed';
+    default:
+      return false;
+  }
+}
+
+/** A string's code points (a surrogate pair is one). */
+function codePoints(text: string): number {
+  let n = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0xdc00 && c <= 0xdfff && i > 0) {
+      const before = text.charCodeAt(i - 1);
+      if (before >= 0xd800 && before <= 0xdbff) n--;
+    }
+  }
+  return n;
 }

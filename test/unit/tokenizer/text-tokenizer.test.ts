@@ -401,3 +401,66 @@ describe('tokenPiece', () => {
     expect(tok.tokenPiece(7)).toEqual({ token: 'é', bytes: [0xc3, 0xa9] });
   });
 });
+
+describe('fewestTokens: a true lower bound on a text’s tokens, known without tokenizing it', () => {
+  const texts = [
+    'Hello, world! This is a sentence of ordinary English text, with punctuation; and numbers: 12345.',
+    'a'.repeat(5000),
+    `${' '.repeat(40)}\t\t\t\t\t\t\t\t\t${' '.repeat(31)}x`,
+    'naïve café — 東京都の天気は晴れです。 🙂🙂🙂 𝔘𝔫𝔦𝔠𝔬𝔡𝔢',
+    'def f(x):\n    return x ** 2  # squares\n\n\n'.repeat(20),
+    '<|endoftext|><|endoftext|>hello',
+    'hello world hello world',
+  ];
+
+  it.skipIf(!haveFixtures)('byte-level BPE (gpt2): at most the tokens encode gives, and not nothing', async () => {
+    const tok = await loadTokenizer(
+      {
+        tokenizerJson: path.join(gpt2Dir, 'tokenizer.json'),
+        tokenizerConfig: path.join(gpt2Dir, 'tokenizer_config.json'),
+      },
+      { vocabSize: 50295 },
+    );
+    for (const text of texts) {
+      const fewest = tok.fewestTokens(text);
+      expect(fewest).toBeGreaterThan(0);
+      expect(fewest).toBeLessThanOrEqual(tok.encode(text, { addSpecialTokens: false }).length);
+    }
+    // The longest of its tokens covers 128 bytes.
+    expect(tok.fewestTokens('a'.repeat(128_000))).toBe(1000);
+    expect(tok.fewestTokens('')).toBe(0);
+  });
+
+  it('byte-fallback BPE (SentencePiece): at most the tokens encode gives, and not nothing', () => {
+    const tok = createTextTokenizer({ tokenizerJson: byteFallbackTokenizerJson(), vocabSize: 270 });
+    for (const text of texts) {
+      const fewest = tok.fewestTokens(text);
+      expect(fewest).toBeGreaterThan(0);
+      expect(fewest).toBeLessThanOrEqual(tok.encode(text, { addSpecialTokens: false }).length);
+    }
+  });
+
+  it('none is known where one token may stand for any run of text, or text may be dropped', () => {
+    // An unknown word is one <unk>.
+    expect(createTextTokenizer({ tokenizerJson: wordLevelTokenizerJson(), vocabSize: 64 }).fewestTokens('zzzz')).toBe(
+      0,
+    );
+    const byteLevel = byteLevelTokenizerJson();
+    const variants: Array<Record<string, unknown>> = [
+      { ...byteLevel, pre_tokenizer: { type: 'Whitespace' } },
+      { ...byteLevel, normalizer: { type: 'Strip', strip_left: true, strip_right: true } },
+      { ...byteLevel, normalizer: { type: 'Replace', pattern: { Regex: '\\s+' }, content: ' ' } },
+      {
+        ...byteLevel,
+        added_tokens: [{ id: 0, content: '<mask>', special: true, lstrip: true, rstrip: false, normalized: false }],
+      },
+    ];
+    for (const json of variants) {
+      expect(createTextTokenizer({ tokenizerJson: json, vocabSize: 300 }).fewestTokens(' '.repeat(1000))).toBe(0);
+    }
+    // The same tokenizer as it is has one.
+    expect(
+      createTextTokenizer({ tokenizerJson: byteLevel, vocabSize: 300 }).fewestTokens(' '.repeat(1000)),
+    ).toBeGreaterThan(0);
+  });
+});

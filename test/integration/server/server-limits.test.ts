@@ -1,0 +1,231 @@
+/**
+ * One request or one message must not hold the server: a WebSocket message or a JSON body with millions of values
+ * is refused before JSON.parse reads it (the connection and the server answer after), a prompt whose length alone
+ * says it cannot fit the context is refused before it is tokenized, and a connection that sends nothing is closed.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import type { WsServerMessage } from '../../../src/shared/api';
+import { fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+import { startTestServer, type TestServer } from './server-helpers';
+
+/** `{"t":"invoke",…,"request":{"x":[{},{},…]}}` of about `bytes` bytes: millions of empty objects. */
+function manyObjects(prefix: string, bytes: number, suffix: string): Buffer {
+  return Buffer.from(`${prefix}${'{},'.repeat(Math.floor(bytes / 3))}{}${suffix}`);
+}
+
+/** /health answers, and how long it took. */
+async function health(url: string): Promise<number> {
+  const started = Date.now();
+  const res = await fetch(`${url}/health`);
+  expect(res.status).toBe(200);
+  return Date.now() - started;
+}
+
+let t: TestServer;
+beforeAll(async () => {
+  // Messages of 16 MiB at most: 1,000,000 values (the least the limit is).
+  t = await startTestServer({}, { idleTimeoutMs: 400, maxMessageBytes: 16 * 1024 ** 2 });
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+describe('a message or body with millions of values', () => {
+  it('a WebSocket call of 5 MiB of `{}` is answered with an error naming the limit, unparsed; the socket and server go on', async () => {
+    const ws = new WebSocket(`${t.url.replace(/^http/, 'ws')}/ws`);
+    const messages: WsServerMessage[] = [];
+    ws.on('message', (data) => messages.push(JSON.parse(data.toString()) as WsServerMessage));
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    let closed = false;
+    ws.on('close', () => {
+      closed = true;
+    });
+    const result = async (id: number) => {
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const m = messages.find((x) => x.t === 'result' && x.id === id);
+        if (m && m.t === 'result') return m.result;
+        if (closed) throw new Error('socket closed');
+        if (Date.now() > deadline) throw new Error(`no answer to call ${id}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const started = Date.now();
+    ws.send(manyObjects('{"t":"invoke","id":1,"name":"listThreads","request":{"x":[', 5 * 1024 ** 2, ']}}').toString());
+    const refused = await result(1);
+    const took = Date.now() - started;
+    expect(refused.ok).toBe(false);
+    if (refused.ok) return;
+    expect(refused.error.code).toBe('BAD_REQUEST');
+    expect(refused.error.message).toContain('more than 1,000,000 JSON values');
+    expect(refused.error.message).toContain('--max-message');
+    // Parsing it took seconds (tens on a loaded machine); refusing it, a byte scan.
+    expect(took).toBeLessThan(5_000);
+    // The same socket is answered after, and so is HTTP.
+    ws.send(JSON.stringify({ t: 'invoke', id: 2, name: 'listThreads', request: {} }));
+    expect((await result(2)).ok).toBe(true);
+    expect(closed).toBe(false);
+    await health(t.url);
+    ws.close();
+  });
+
+  it('a generation of 5 MiB of `{}` ends at once with an error frame naming the limit', async () => {
+    const ws = new WebSocket(`${t.url.replace(/^http/, 'ws')}/ws`);
+    const frames: WsServerMessage[] = [];
+    ws.on('message', (data) => frames.push(JSON.parse(data.toString()) as WsServerMessage));
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    ws.send(manyObjects('{"t":"generate","id":"g1","request":{"x":[', 5 * 1024 ** 2, ']}}').toString());
+    const deadline = Date.now() + 30_000;
+    let end: WsServerMessage | undefined;
+    while (!end && Date.now() < deadline) {
+      end = frames.find((m) => m.t === 'frame' && m.id === 'g1');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(end).toMatchObject({
+      t: 'frame',
+      id: 'g1',
+      frame: {
+        type: 'error',
+        error: { code: 'BAD_REQUEST', message: expect.stringContaining('1,000,000 JSON values') },
+      },
+    });
+    expect(ws.readyState).toBe(WebSocket.OPEN);
+    ws.close();
+  });
+
+  it('a message of another shape with too many values closes its socket (1008) saying why', async () => {
+    const ws = new WebSocket(`${t.url.replace(/^http/, 'ws')}/ws`);
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+      ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+    );
+    ws.send(manyObjects('[', 5 * 1024 ** 2, ']').toString());
+    const { code, reason } = await closed;
+    expect(code).toBe(1008);
+    expect(reason).toContain('at most 1,000,000 JSON values');
+    await health(t.url);
+  });
+
+  it('a JSON body of 5 MiB of `{}` gets 413 naming the limit, unparsed; the server answers after', async () => {
+    const started = Date.now();
+    const res = await fetch(`${t.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: manyObjects('{"model":"default","x":[', 5 * 1024 ** 2, ']}'),
+    });
+    const took = Date.now() - started;
+    expect(res.status).toBe(413);
+    const body = (await res.json()) as { error: { message: string; limit_values: number } };
+    expect(body.error.limit_values).toBe(1_000_000);
+    expect(body.error.message).toContain('more than 1,000,000 JSON values');
+    expect(took).toBeLessThan(5_000);
+    await health(t.url);
+  });
+
+  it('a body of the same size made of long strings (a real chat’s shape) is read', async () => {
+    const content = 'word '.repeat(1024 ** 2);
+    const res = await fetch(`${t.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'no-such-model', messages: [{ role: 'user', content }] }),
+    });
+    // Past the JSON check: the model is what it refuses.
+    expect(res.status).toBe(404);
+  });
+});
+
+describe('a connection that sends nothing', () => {
+  it('is closed after the idle timeout; a WebSocket left quiet is not', async () => {
+    const url = new URL(t.url);
+    const ws = new WebSocket(`${t.url.replace(/^http/, 'ws')}/ws`);
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    const socket = net.connect(Number(url.port), url.hostname);
+    const closedAt = await new Promise<number>((resolve, reject) => {
+      socket.once('close', () => resolve(Date.now()));
+      socket.once('error', reject);
+      setTimeout(() => reject(new Error('a silent connection is still open after 10 s')), 10_000).unref();
+    });
+    expect(closedAt).toBeGreaterThan(0);
+    expect(ws.readyState).toBe(WebSocket.OPEN);
+    ws.close();
+    await health(t.url);
+  });
+});
+
+describe.skipIf(!haveFixtures)(
+  `a prompt too long for the context, by its length alone${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
+  () => {
+    it('is refused as context_length_exceeded ("at least" N tokens) without being tokenized', async () => {
+      const loaded = await t.hostApi.call('loadModel', { path: fixture('onnxruntime-genai/tiny-random-gpt2-fp32') });
+      if (!loaded.ok) throw new Error(loaded.error.message);
+      const model = loaded.value.id;
+      try {
+        // One 300 kB word: tokenizing it held the server 5 s, to refuse it after (the context is 512 tokens).
+        const post = (route: string, body: unknown) =>
+          fetch(`${t.url}/v1/${route}`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ model, max_tokens: 2, ...(body as object) }),
+          });
+        const word = 'a'.repeat(300_000);
+        for (const [route, body, what] of [
+          ['chat/completions', { messages: [{ role: 'user', content: word }] }, 'messages'],
+          ['completions', { prompt: word }, 'prompt'],
+        ] as const) {
+          const started = Date.now();
+          const res = await post(route, body);
+          const took = Date.now() - started;
+          expect(res.status).toBe(400);
+          const error = ((await res.json()) as { error: { code: string; message: string; n_prompt_tokens: number } })
+            .error;
+          expect(error.code).toBe('context_length_exceeded');
+          expect(error.message).toContain(
+            `maximum context length is 512 tokens. However, your ${what} resulted in at least ${error.n_prompt_tokens} tokens`,
+          );
+          // 300,000 bytes over the longest token's 128.
+          expect(error.n_prompt_tokens).toBeGreaterThanOrEqual(2344);
+          expect(took).toBeLessThan(5_000);
+        }
+        // Ollama's chat leaves out the oldest turns to fit: the last turn alone is what is refused so.
+        const started = Date.now();
+        const res = await fetch(`${t.url}/api/chat`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model,
+            stream: false,
+            messages: [
+              { role: 'user', content: 'an older turn' },
+              { role: 'assistant', content: 'its reply' },
+              { role: 'user', content: word },
+            ],
+          }),
+        });
+        expect(res.status).toBe(400);
+        expect(((await res.json()) as { error: string }).error).toMatch(
+          /^The prompt has at least \d+ tokens with only the system messages and the last turn kept, which leaves no room for a reply in the model's context of 512 tokens/,
+        );
+        expect(Date.now() - started).toBeLessThan(5_000);
+        // A prompt that fits is still answered (this model's vocabulary has none of ChatML's markup: completions).
+        const ok = await post('completions', { prompt: 'a' });
+        expect(ok.status, await ok.clone().text()).toBe(200);
+      } finally {
+        await t.hostApi.call('unloadModel', { id: model });
+      }
+    });
+  },
+);
