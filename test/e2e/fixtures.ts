@@ -90,17 +90,17 @@ export function lastReply(page: Page) {
 
 /**
  * The chats saved, each whole (the list answers their summaries: each is opened), as listThreads answered before
- * the list was made of summaries.
+ * the list was made of summaries. One connection for all of them (a worker's server has a hundred chats and more by
+ * its last tests, and a connection each made every poll of this take seconds).
  */
 export async function savedThreads(server: ServeHandle, token?: string): Promise<{ ok: boolean; value?: unknown }> {
-  const listed = await wsCall(server, 'listThreads', {}, token);
-  if (!listed.ok) return listed;
-  const threads: unknown[] = [];
-  for (const { id } of listed.value as Array<{ id: string }>) {
-    const opened = await wsCall(server, 'openThread', { id }, token);
-    if (opened.ok) threads.push(opened.value);
-  }
-  return { ok: true, value: threads };
+  return wsSession(server, token, 15_000, async (call) => {
+    const listed = await call('listThreads', {});
+    if (!listed.ok) return listed;
+    const ids = (listed.value as Array<{ id: string }>).map((t) => t.id);
+    const opened = await Promise.all(ids.map((id) => call('openThread', { id })));
+    return { ok: true, value: opened.filter((r) => r.ok).map((r) => r.value) };
+  });
 }
 
 /** One contract call over the server's WebSocket, as another front end would make it. */
@@ -113,9 +113,22 @@ export async function wsCall(
   /** How long the answer may take (a load the test holds takes as long as the test holds it). */
   answerMs = 15_000,
 ): Promise<{ ok: boolean; value?: unknown }> {
+  return wsSession(server, token, answerMs, (call) => call(name, request));
+}
+
+/** Contract calls over one WebSocket to the server (opened for `use`, closed after it), each answered in `answerMs`. */
+async function wsSession<T>(
+  server: ServeHandle,
+  token: string | undefined,
+  answerMs: number,
+  use: (call: (name: string, request: unknown) => Promise<{ ok: boolean; value?: unknown }>) => Promise<T>,
+): Promise<T> {
   const { WebSocket } = await import('ws');
   const query = token === undefined ? '' : `?token=${encodeURIComponent(token)}`;
   const ws = new WebSocket(`${server.url.replace(/^http/, 'ws')}/ws${query}`);
+  const waiting = new Map<number, (result: { ok: boolean; value?: unknown }) => void>();
+  let closed: Error | null = null;
+  const failers = new Set<(err: Error) => void>();
   try {
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('/ws did not open within 15 s')), 15_000);
@@ -125,22 +138,38 @@ export async function wsCall(
       });
       ws.once('error', reject);
     });
-    const reply = new Promise<{ ok: boolean; value?: unknown }>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`${name}: no answer over /ws within ${answerMs / 1000} s`)),
-        answerMs,
-      );
-      ws.on('message', (data) => {
-        const msg = JSON.parse(String(data)) as { t: string; id?: number; result?: { ok: boolean; value?: unknown } };
-        if (msg.t === 'result' && msg.id === 1 && msg.result) {
-          clearTimeout(timer);
-          resolve(msg.result);
-        }
-      });
-      ws.once('close', (code) => reject(new Error(`${name}: /ws closed (${code}) before answering`)));
+    ws.on('message', (data) => {
+      const msg = JSON.parse(String(data)) as { t: string; id?: number; result?: { ok: boolean; value?: unknown } };
+      if (msg.t === 'result' && msg.id !== undefined && msg.result) waiting.get(msg.id)?.(msg.result);
     });
-    ws.send(JSON.stringify({ t: 'invoke', id: 1, name, request }));
-    return await reply;
+    ws.once('close', (code) => {
+      closed = new Error(`/ws closed (${code})`);
+      for (const fail of failers) fail(closed);
+    });
+    let nextId = 1;
+    const call = (name: string, request: unknown) =>
+      new Promise<{ ok: boolean; value?: unknown }>((resolve, reject) => {
+        const id = nextId++;
+        const fail = (err: Error) => {
+          clearTimeout(timer);
+          reject(new Error(`${name}: ${err.message} before answering`));
+        };
+        const timer = setTimeout(() => {
+          failers.delete(fail);
+          waiting.delete(id);
+          reject(new Error(`${name}: no answer over /ws within ${answerMs / 1000} s`));
+        }, answerMs);
+        if (closed) return fail(closed);
+        failers.add(fail);
+        waiting.set(id, (result) => {
+          clearTimeout(timer);
+          failers.delete(fail);
+          waiting.delete(id);
+          resolve(result);
+        });
+        ws.send(JSON.stringify({ t: 'invoke', id, name, request }));
+      });
+    return await use(call);
   } finally {
     ws.close();
   }

@@ -28,6 +28,8 @@ test('the reasoning box follows the reasoning as it streams; scrolled up in it, 
   const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 }, true);
   await openServer(page, server);
   await openChat(page, id, SLOW_THINKING);
+  // A narrower window (still the wide layout): shorter lines, so the box fills and grows with less text to wait for.
+  await page.setViewportSize({ width: 1040, height: 900 });
   await send(page, 'Think about a long story');
   const reply = lastReply(page);
   await expect(reply).toHaveAttribute('data-state', 'running');

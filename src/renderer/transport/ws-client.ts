@@ -202,10 +202,15 @@ const xhrPost: Post = (url, { headers, body, onProgress, signal }) =>
     xhr.send(body);
   });
 
+/** The longest wait between two tries to reach kvdesk again (the first ones come sooner). */
+export const RECONNECT_MAX_MS = 1000;
+
 export function createWsClient(options: WsClientOptions): WsClient {
   const createSocket = options.createSocket ?? ((url: string) => new WebSocket(url) as unknown as SocketLike);
   const doPost = options.post ?? xhrPost;
-  const backoff = options.backoffMs ?? ((n: number) => Math.min(5000, 250 * 2 ** n));
+  // Tried again soon, then every second: kvdesk started again is taken up within a second of it answering (a try at
+  // a kvdesk that is not there yet costs nothing worth saving).
+  const backoff = options.backoffMs ?? ((n: number) => Math.min(RECONNECT_MAX_MS, 250 * 2 ** n));
   const helloWaitMs = options.helloWaitMs ?? 10_000;
   const setTimer = options.setTimer ?? ((fn: () => void, ms: number) => setTimeout(fn, ms));
 

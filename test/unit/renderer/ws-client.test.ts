@@ -246,6 +246,24 @@ describe('WebSocket client', () => {
     expect((await again).ok).toBe(true);
   });
 
+  it('tries again after 250 ms, then sooner than a second each time while kvdesk is away; back, it starts over', () => {
+    const { timers, last } = setup();
+    last().ready();
+    const waits: number[] = [];
+    last().close();
+    for (let i = 0; i < 6; i++) {
+      const timer = timers.shift();
+      waits.push(timer?.ms ?? -1);
+      timer?.fn();
+      last().close();
+    }
+    expect(waits).toEqual([250, 500, 1000, 1000, 1000, 1000]);
+    timers.shift()?.fn();
+    last().ready();
+    last().close();
+    expect(timers.map((t) => t.ms)).toEqual([250]);
+  });
+
   it('what was written while no socket was open, and ended by a close, is not sent once one opens', async () => {
     const { client, timers, last } = setup();
     // Written before the first socket opens: they wait in the outbox.
