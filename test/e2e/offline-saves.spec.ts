@@ -288,3 +288,64 @@ test("a page kept open while kvdesk is started again on another data folder: its
     rmSync(dirB, { recursive: true, force: true });
   }
 });
+
+test("a message waiting for its chat to open when the page meets another data folder's kvdesk: it is that chat's draft, shown again with its folder's kvdesk", async ({
+  page,
+}) => {
+  test.setTimeout(150_000);
+  const dirA = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-wait-a-'));
+  const dirB = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-wait-b-'));
+  let server = await startServe([], 90_000, undefined, dirA);
+  const port = new URL(server.url).port;
+  const messages = [
+    { id: 'm1', role: 'user', content: 'the first question', createdAt: 1 },
+    { id: 'm2', role: 'assistant', content: 'the first answer', createdAt: 2 },
+  ];
+  const chat = { id: 'twait', title: 'Waits in A', createdAt: 1, updatedAt: 2, messages };
+  expect((await wsCall(server, 'saveThread', chat)).ok).toBe(true);
+  // The page's openThread calls are held while `holding` (the chat's messages never come from A).
+  let holding = false;
+  let held = 0;
+  await page.routeWebSocket(/\/ws/, (ws) => {
+    const host = ws.connectToServer();
+    ws.onMessage((m) => {
+      const msg = typeof m === 'string' ? (JSON.parse(m) as { t?: string; name?: string }) : {};
+      if (holding && msg.t === 'invoke' && msg.name === 'openThread') held++;
+      else host.send(m);
+    });
+  });
+  const input = page.getByTestId('chat-input');
+  const row = page.getByTestId('thread-list').locator('[data-thread-id="twait"]');
+  try {
+    await page.goto(server.url);
+    await row.click();
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', 'twait');
+    // Loaded again on that chat, its messages held: a message sent now waits for them.
+    holding = true;
+    await page.reload();
+    await expect(page.getByTestId('thread-opening')).toBeVisible();
+    await expect.poll(() => held).toBeGreaterThan(0);
+    await input.fill('a message that waited for A');
+    await input.press('Enter');
+    await expect(input).toHaveValue('');
+    await server.stop();
+    holding = false;
+
+    // B's kvdesk on the address: the message is not sent there, nor lost.
+    server = await startServe(['--port', port], 90_000, undefined, dirB);
+    await expect(page.getByTestId('sticky-notice')).toContainText('another data folder', { timeout: 20_000 });
+    await expect(row).toHaveCount(0);
+    await server.stop();
+
+    // A's again: the chat has the message in its box.
+    server = await startServe(['--port', port], 90_000, undefined, dirA);
+    await row.click({ timeout: 20_000 });
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', 'twait');
+    await expect(input).toHaveValue('a message that waited for A');
+    expect((await wsCall(server, 'openThread', { id: 'twait' })).value).toMatchObject({ messages });
+  } finally {
+    await server.stop();
+    rmSync(dirA, { recursive: true, force: true });
+    rmSync(dirB, { recursive: true, force: true });
+  }
+});
