@@ -49,6 +49,7 @@ import {
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
+  SIGNAL_EXITS,
   samplingFlags,
   threadsFlag,
 } from './common';
@@ -67,8 +68,8 @@ const HELP = `Commands:
 Ctrl+C stops a reply (what it wrote stays in the conversation), or drops the line being typed.
 `;
 
-/** A piped chat's exit code after SIGINT: 128 + the signal's number, as a shell reports a command it ended. */
-const SIGINT_EXIT = 130;
+/** A chat's exit code after SIGINT ended it: 128 + the signal's number; the process ends by SIGINT (main.ts). */
+const SIGINT_EXIT = SIGNAL_EXITS.SIGINT as number;
 
 /**
  * Ollama's parameter names for /set parameter, and where each goes. Values are read as Ollama's API reads them

@@ -29,6 +29,14 @@ import { dataDirOf } from './data-dir';
  */
 export const STDOUT_CLOSED_EXIT = 141;
 
+/**
+ * The exit codes of a command that a signal ended, having handled it first (a chat Ctrl+C interrupted, a server
+ * shut down): 128 + the signal's number. The process then ends by that signal itself (main.ts), as the convention
+ * asks, so that a shell running it in a loop (or xargs) stops too: a command that exits 130 says it handled the
+ * Ctrl+C, and the loop goes on.
+ */
+export const SIGNAL_EXITS: Readonly<Partial<Record<NodeJS.Signals, number>>> = { SIGINT: 130, SIGTERM: 143 };
+
 /** Maps an error code to the CLI's exit code. */
 export function exitCodeFor(code: ErrorInfo['code']): number {
   switch (code) {

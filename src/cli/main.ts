@@ -53,6 +53,7 @@ import {
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
+  SIGNAL_EXITS,
   STDOUT_CLOSED_EXIT,
   samplingFlags,
   threadsFlag,
@@ -939,6 +940,16 @@ if (require.main === module) {
     (code) => {
       // Output that could not be written (not a reader gone): a failure.
       process.exitCode = code === STDOUT_CLOSED_EXIT && io.failed() ? 1 : code;
+      // Ended by a signal it handled (a chat's Ctrl+C): ended by that signal again, once the output is out.
+      const signal = (Object.keys(SIGNAL_EXITS) as NodeJS.Signals[]).find((s) => SIGNAL_EXITS[s] === code);
+      if (signal && process.platform !== 'win32') {
+        process.stdout.write('', () =>
+          process.stderr.write('', () => {
+            process.removeAllListeners(signal);
+            process.kill(process.pid, signal);
+          }),
+        );
+      }
     },
     (err) => {
       process.stderr.write(
