@@ -126,7 +126,8 @@ generate options:
   --package-template       the package's own chat template for this run, even where the library keeps one of yours
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
-stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
+stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe or a file, each line is a turn,
+and Ctrl+C ends the chat):
   --system TEXT            the system prompt (also /set system)
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);

@@ -85,4 +85,57 @@ describe('Ctrl+C on kvdesk in a shell script', () => {
     },
     60_000,
   );
+
+  it.skipIf(script.status !== 0 || bash.status !== 0)(
+    `a chat whose turns come from a file ends at the first Ctrl+C, says so, and ends by SIGINT${noTerminal}`,
+    async () => {
+      const questions = path.join(dir, 'questions.txt');
+      writeFileSync(questions, 'Tell me a long story.\nAnd another one.\nAnd a third.\n');
+      const chat = `${kvdesk} chat ${q(slowModel())} --greedy --max-new-tokens 2000 --threads 1 < ${q(questions)}`;
+      const t = inTerminal(`exec bash -c ${q(`${chat.replaceAll("'", '"')}; echo "chat ended: $?"`)}`);
+      await t.until(() => /loaded in [^\n]*\n.{40}/s.test(t.plain()));
+      t.child.stdin?.write('\x03');
+      await t.exited;
+      expect(t.plain()).toContain('kvdesk: interrupted: the chat ends; the rest of its input is not read');
+      // One interruption, one message: the Ctrl+C came to the chat once.
+      expect(t.plain().split('interrupted').length - 1).toBe(1);
+      // The chat ended by SIGINT, so bash did too: it did not go on as after a command that handled the Ctrl+C.
+      expect(t.plain()).not.toContain('chat ended');
+    },
+    60_000,
+  );
+});
+
+describe('kvdesk chat with its turns from a pipe, SIGINT (kill -INT, no terminal)', () => {
+  it('ends the chat, the reply being written too; the later turns do not run; the process ends by SIGINT', async () => {
+    // Its own session: no terminal whose foreground it could be in (the wrapper passes this SIGINT on).
+    const child = spawn(
+      process.execPath,
+      [BIN, 'chat', slowModel(), '--greedy', '--max-new-tokens', '2000', '--threads', '1', '--verbose'],
+      { cwd: repoRoot, stdio: ['pipe', 'pipe', 'pipe'], detached: true },
+    );
+    terminals.push(child);
+    let stderr = '';
+    let stdout = '';
+    child.stderr.on('data', (d) => {
+      stderr += String(d);
+    });
+    const writing = new Promise<void>((resolve) =>
+      child.stdout.on('data', (d) => {
+        stdout += String(d);
+        if (stdout.length > 20) resolve();
+      }),
+    );
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.on('close', (code, signal) => resolve({ code, signal })),
+    );
+    child.stdin.end('Tell me a long story.\nAnd lakes?\n/set parameter num_predict 3\n');
+    await writing;
+    child.kill('SIGINT');
+    expect(await exited, stderr).toEqual({ code: null, signal: 'SIGINT' });
+    expect(stderr).toContain('kvdesk: interrupted: the chat ends; the rest of its input is not read');
+    // No reply ran to its end (the first was stopped), and no later turn ran.
+    expect(stderr).not.toMatch(/tokens, finish/);
+    expect(stderr).not.toContain('set num_predict');
+  }, 60_000);
 });
