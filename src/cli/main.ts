@@ -114,6 +114,7 @@ generate options:
                            (default 4; 0: off)
   --prediction-file FILE   the reply you expect, mostly (a file being edited): lookup decoding drafts from it
   --json                   print one JSON object on stdout
+  --quiet, -q              no summary line (tokens, finish, tok/s, KV) on stderr; warnings and errors still go there
   --data-dir DIR           where the library lives (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --variant NAME           the graph variant (fp32, fp16, q4, quantized… of model_<name>.onnx) or an ORT package's
                            variant to load (default: as the library last loaded it, else the plain model.onnx,
@@ -316,6 +317,7 @@ export const GENERATE_OPTIONS = {
   rows: { type: 'string' },
   'prediction-file': { type: 'string' },
   json: { type: 'boolean' },
+  quiet: { type: 'boolean', short: 'q' },
   ...HOST_OPTIONS,
   ...LOAD_OPTIONS,
 } as const;
@@ -492,9 +494,10 @@ async function generate(
       for (const [i, r] of result.rows.entries()) {
         for (const c of r.toolCalls ?? []) io.out(`${multiRow ? `[row ${i}] ` : ''}call ${c.name}(${c.arguments})\n`);
       }
-      io.err(
-        `kvdesk: ${tokensLine(result)}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${result.rows.length > 1 ? ' per row' : ''}${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
-      );
+      if (!values.quiet)
+        io.err(
+          `kvdesk: ${tokensLine(result)}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${result.rows.length > 1 ? ' per row' : ''}${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
+        );
     }
     return 0;
   } catch (err) {

@@ -1,0 +1,39 @@
+/**
+ * `kvdesk` as a shell script uses it: real `kvdesk` processes (the bin/ wrapper and its program) with stdin, stdout
+ * and stderr from pipes. What goes to stdout is the data alone, stderr can be quieted, and the exit codes say what
+ * happened.
+ */
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { defaultModelDir, repoRoot } from '../helpers/fixtures';
+
+const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
+
+/** `kvdesk ARGS` with `input` on stdin: its exit code, stdout and stderr. */
+function kvdesk(args: string[], input = '', env: NodeJS.ProcessEnv = {}) {
+  const r = spawnSync(process.execPath, [BIN, ...args], {
+    cwd: repoRoot,
+    encoding: 'utf8',
+    input,
+    timeout: 60_000,
+    env: { ...process.env, ...env },
+  });
+  return { code: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('kvdesk generate in a script', () => {
+  it('-q / --quiet leaves out the summary line; the reply is the same, and an error is still said', () => {
+    const args = ['generate', defaultModelDir, '--prompt', 'hi', '--max-new-tokens', '3', '--seed', '1'];
+    const loud = kvdesk(args);
+    expect(loud.code, loud.stderr).toBe(0);
+    expect(loud.stderr).toMatch(/kvdesk: 3 tokens, finish length/);
+    const quiet = kvdesk([...args, '--quiet']);
+    expect(quiet.code, quiet.stderr).toBe(0);
+    expect(quiet.stderr).toBe('');
+    expect(quiet.stdout).toBe(loud.stdout);
+    const bad = kvdesk([...args.slice(0, -2), '--seed', '-1', '-q']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--seed must be 0 or more, got -1');
+  }, 60_000);
+});
