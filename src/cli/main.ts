@@ -348,6 +348,8 @@ async function generate(
             : ''),
       );
     }
+    // The package is found first: a name that is not there is said at once, not once stdin has ended.
+    const dir = await packageDir(positionals[0] as string, values['data-dir']);
     const prompts = await promptsOf(values.prompt, values['prompt-ids'], input, io.err);
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
@@ -433,7 +435,6 @@ async function generate(
       ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
       ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
     });
-    const dir = await packageDir(positionals[0] as string, values['data-dir']);
     const info = await host.loadModel(dir, await loadFlags(dir, values));
     // On stderr with --json too (stdout is the JSON's), and in the JSON: a backend that fell back to the CPU is
     // never silent.

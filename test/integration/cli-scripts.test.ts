@@ -3,12 +3,16 @@
  * and stderr from pipes. What goes to stdout is the data alone, stderr can be quieted, and the exit codes say what
  * happened.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { defaultModelDir, repoRoot } from '../helpers/fixtures';
 
 const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
+const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-scripts-'));
+afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
 /** `kvdesk ARGS` with `input` on stdin: its exit code, stdout and stderr. */
 function kvdesk(args: string[], input = '', env: NodeJS.ProcessEnv = {}) {
@@ -35,5 +39,27 @@ describe('kvdesk generate in a script', () => {
     const bad = kvdesk([...args.slice(0, -2), '--seed', '-1', '-q']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--seed must be 0 or more, got -1');
+  }, 60_000);
+
+  it('a package that is not there is said at once, before the prompt on stdin has ended', async () => {
+    // (sleep 20; echo hi) | kvdesk generate no-such-model: stdin stays open until the command has ended, or 20 s.
+    const child = spawn(process.execPath, [BIN, 'generate', 'no-such-model', '--data-dir', dataDir], {
+      cwd: repoRoot,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (d) => {
+      stderr += String(d);
+    });
+    let stdinEnded = false;
+    const late = setTimeout(() => {
+      stdinEnded = true;
+      child.stdin.end('hi\n');
+    }, 20_000);
+    const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
+    clearTimeout(late);
+    expect(stdinEnded, 'it waited for stdin to end').toBe(false);
+    expect(code, stderr).toBe(2);
+    expect(stderr).toContain('no-such-model');
   }, 60_000);
 });
