@@ -495,7 +495,8 @@ async function generate(
       for (const [i, r] of result.rows.entries()) {
         for (const c of r.toolCalls ?? []) io.out(`${multiRow ? `[row ${i}] ` : ''}call ${c.name}(${c.arguments})\n`);
       }
-      if (!values.quiet)
+      // Nobody read the rows (printed as they all end): nothing more to say, to nobody (exit 141 below).
+      if (!values.quiet && !io.closed?.aborted)
         io.err(
           `kvdesk: ${tokensLine(result)}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${result.rows.length > 1 ? ' per row' : ''}${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
         );

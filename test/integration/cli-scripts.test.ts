@@ -62,4 +62,21 @@ describe('kvdesk generate in a script', () => {
     expect(code, stderr).toBe(2);
     expect(stderr).toContain('no-such-model');
   }, 60_000);
+
+  it('several rows into a pipe whose reader is gone (| head -c 10): no summary, no stack trace, exit 141', async () => {
+    const child = spawn(
+      process.execPath,
+      [BIN, 'generate', defaultModelDir, '--prompt', 'hi', '--rows', '4', '--max-new-tokens', '8', '--seed', '1'],
+      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    // The reader goes before the rows are printed.
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (d) => {
+      stderr += String(d);
+    });
+    const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
+    expect(stderr).toBe('');
+    expect(code).toBe(141);
+  }, 60_000);
 });
