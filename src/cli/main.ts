@@ -1,8 +1,8 @@
 /**
  * The kvdesk command line: inspect | generate | chat | list | pull | search | serve. A thin adapter over
  * RunnerService and the package loader; no business logic lives here.
- * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 4 the hub unreachable or a download failed,
- * 141 stdout's reader went away, 1 internal error.
+ * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 4 the hub unreachable, a download failed or one
+ * under way already, 141 stdout's reader went away, 130/143 interrupted (ended by SIGINT/SIGTERM), 1 internal error.
  */
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
@@ -149,8 +149,9 @@ pull options:
 search options:
   --limit N                at most N repositories (1 to 100, default 20)
 
-Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 4 the hub unreachable or a download failed
-(try again), 141 stdout closed by its reader (| head), 1 internal error.`;
+Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 4 the hub unreachable, a download failed or
+one under way already (try again), 141 stdout closed by its reader (| head), 130 and 143 interrupted (Ctrl+C,
+SIGTERM: kvdesk ends by the signal, as a shell reports it), 1 internal error.`;
 
 /** Summary of a spec for `inspect` (JSON form keeps bpt at the top level). */
 export function inspectJson(spec: ModelSpec): Record<string, unknown> {

@@ -135,7 +135,10 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     if (!json) io.err(`kvdesk: ${listing.repo} (${variant.name}) is in the library as ${id}: kvdesk chat ${id}\n`);
     return 0;
   } catch (err) {
-    return fail(io, json, toErrorInfo(err));
+    const info = toErrorInfo(err);
+    const code = fail(io, json, info);
+    // Another kvdesk downloads it now: try again once it has ended (4), as after a download cut off; not bad input.
+    return info.detail?.busy === true ? 4 : code;
   }
 }
 

@@ -110,4 +110,34 @@ describe('kvdesk pull without a terminal', () => {
     expect(lines.length, again.stderr).toBeGreaterThan(0);
     expect(lines.length, again.stderr).toBeLessThanOrEqual(12);
   }, 90_000);
+
+  it('a pull of a package another one is downloading exits 4 (try again), not 2 (bad input)', async () => {
+    let released = false;
+    hub.faults.hold = { path: GRAPH, until: () => released };
+    const dir = dataDir();
+    const first = spawn(process.execPath, [BIN, 'pull', REPO, '--data-dir', dir], {
+      cwd: repoRoot,
+      env: env(),
+      stdio: ['ignore', 'ignore', 'ignore'],
+    });
+    try {
+      const asked = hub.requests.length;
+      while (!hub.requests.slice(asked).some((q) => q.path.includes('model_q4.onnx')))
+        await new Promise((r) => setTimeout(r, 20));
+      const second = await new Promise<{ status: number | null; stderr: string }>((resolve) =>
+        execFile(
+          process.execPath,
+          [BIN, 'pull', REPO, '--data-dir', dir],
+          { cwd: repoRoot, env: env(), timeout: 60_000 },
+          (err, _o, e) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stderr: e }),
+        ),
+      );
+      expect(second.stderr).toContain(`${REPO} is being downloaded already`);
+      expect(second.status, second.stderr).toBe(4);
+    } finally {
+      first.kill('SIGKILL');
+      released = true;
+      hub.faults.hold = undefined;
+    }
+  }, 60_000);
 });
