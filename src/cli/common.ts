@@ -231,11 +231,15 @@ export function parseNumber(name: string, value: string | undefined, integer = f
 
 export function parseIds(value: string): number[] {
   const parts = value.split(',').map((s) => s.trim());
-  const ids = parts.map(Number);
-  if (parts.length === 0 || ids.some((n, i) => parts[i] === '' || !Number.isInteger(n) || n < 0)) {
-    throw badArgs(`--prompt-ids expects comma-separated non-negative integers, got "${value}"`);
+  // Decimal digits only: Number() also reads 0x10, 1e2 and 1.0, which no tokenizer writes as an id.
+  const bad = parts.find((p) => !/^\d+$/.test(p) || !Number.isSafeInteger(Number(p)));
+  if (bad !== undefined) {
+    const item = bad === '' ? 'an empty item' : `"${bad}"`;
+    throw badArgs(
+      `--prompt-ids expects comma-separated token ids (decimal whole numbers, 0 or more): ${item} in "${value}" is not one`,
+    );
   }
-  return ids;
+  return parts.map(Number);
 }
 
 /** The sampling flags `generate` and `chat` take (parseArgs options). */

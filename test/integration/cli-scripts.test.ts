@@ -79,4 +79,14 @@ describe('kvdesk generate in a script', () => {
     expect(stderr).toBe('');
     expect(code).toBe(141);
   }, 60_000);
+
+  it('--prompt-ids takes decimal token ids only, naming the item that is not one', () => {
+    for (const bad of ['0x10', '1e2', '1.0']) {
+      const r = kvdesk(['generate', defaultModelDir, '--prompt-ids', `1,${bad},2`, '--max-new-tokens', '1']);
+      expect(r.code, bad).toBe(2);
+      expect(r.stderr, bad).toContain(
+        `--prompt-ids expects comma-separated token ids (decimal whole numbers, 0 or more): "${bad}" in "1,${bad},2" is not one`,
+      );
+    }
+  }, 60_000);
 });
