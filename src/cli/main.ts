@@ -690,14 +690,15 @@ async function list(args: string[], io: Io): Promise<number> {
       io.out(`${JSON.stringify({ dataDir, packages: rows })}\n`);
       return 0;
     }
+    // No rows: said on stderr, so that `kvdesk list | cut …` gets nothing.
     if (entries.length === 0 && library.problems.length > 0) {
-      io.out(
+      io.err(
         `The library at ${dataDir} lists no package: no entry of it could be read (the warning above says why).\n`,
       );
       return 0;
     }
     if (entries.length === 0) {
-      io.out(
+      io.err(
         `The library at ${dataDir} is empty: packages join it when kvdesk serve loads them, or when they are uploaded or pulled (generate and chat only read it).\n`,
       );
       return 0;
