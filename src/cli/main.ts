@@ -672,8 +672,9 @@ async function list(args: string[], io: Io): Promise<number> {
         id: e.id,
         root: e.root,
         state: e.missing ? 'missing' : e.error ? 'invalid' : 'ok',
-        uploaded: e.uploaded,
-        lastLoadedAt: new Date(e.lastLoadedAt).toISOString(),
+        // An upload's copy (a pull's says so by its source), and when it was last loaded: null while never.
+        uploaded: e.uploaded && !e.source,
+        lastLoadedAt: e.neverLoaded ? null : new Date(e.lastLoadedAt).toISOString(),
         ...(e.neverLoaded ? { neverLoaded: true } : {}),
         ...(e.spec
           ? {
