@@ -1,6 +1,6 @@
 // Runs node with `args` as a child of this process: its stdio is this process's, the signals that stop this
 // process stop it, it ends when this process is killed outright (and when this process's parent is gone, where that
-// is an npm script's shell: endsWithParent), and this process exits as it does (128 + the signal's number when a
+// is an npm script's shell: endsWithParent), and this process exits as it does (ended by the same signal when a
 // signal ended it).
 'use strict';
 const { spawn } = require('node:child_process');
@@ -41,9 +41,19 @@ function runNodeChild(args) {
     process.exit(1);
   });
   child.on('exit', (code, signal) => {
-    process.exit(code ?? (signal ? 128 + (require('node:os').constants.signals[signal] ?? 0) : 1));
+    const exitCode = code ?? (signal ? 128 + (require('node:os').constants.signals[signal] ?? 0) : 1);
+    // Killed by a signal: this wrapper ends by the same one, so that its parent sees it (a shell stops its loop
+    // after a command Ctrl+C killed; one that exited 130 had handled the Ctrl+C itself, and the loop went on).
+    if (signal && ENDS_BY.has(signal) && !windows) {
+      process.removeAllListeners(signal);
+      process.kill(process.pid, signal);
+    }
+    process.exit(exitCode);
   });
 }
+
+/** The signals a wrapper whose program they killed ends by in turn (not the ones that would leave a core dump). */
+const ENDS_BY = new Set(['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGKILL']);
 
 /**
  * Whether this wrapper ends its program when its parent is gone (POSIX: it is adopted, its ppid changes), where no
@@ -60,18 +70,19 @@ function endsWithParent() {
 }
 
 /**
- * Whether a SIGINT now is most likely the Ctrl+C of a person typing to this program: its input is a terminal whose
- * foreground process group is this one (Linux's /proc/self/stat; elsewhere false). The terminal signals the whole group,
- * the child too, so passing it on made every Ctrl+C come twice (a chat stopping a reply got the copy as it exited, and
- * died by it). A `kill -INT` of this pid from elsewhere while it runs in the foreground is then not passed on.
+ * Whether a SIGINT now is most likely the Ctrl+C of a person at this program's terminal: it has a controlling
+ * terminal whose foreground process group is this one (Linux's /proc/self/stat; elsewhere false), whatever its
+ * stdin is (`kvdesk chat M < questions.txt` at a terminal gets the Ctrl+C all the same). The terminal signals the
+ * whole group, the child too, so passing it on made every Ctrl+C come twice (a chat stopping a reply got the copy as
+ * it exited, and died by it; a piped one lost two turns to one Ctrl+C). A `kill -INT` of this pid from elsewhere
+ * while it runs in the foreground is then not passed on.
  */
 function typedInForeground() {
-  if (!require('node:tty').isatty(0)) return false;
   try {
     const stat = require('node:fs').readFileSync('/proc/self/stat', 'utf8');
-    // After "pid (name) ": state ppid pgrp session tty_nr tpgid
+    // After "pid (name) ": state ppid pgrp session tty_nr tpgid (tty_nr 0 and tpgid -1: no controlling terminal)
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(fields[5]) > 0 && fields[2] === fields[5];
+    return Number(fields[4]) !== 0 && Number(fields[5]) > 0 && fields[2] === fields[5];
   } catch {
     return false;
   }

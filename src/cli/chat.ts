@@ -49,6 +49,7 @@ import {
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
+  SIGNAL_EXITS,
   samplingFlags,
   threadsFlag,
 } from './common';
@@ -67,8 +68,8 @@ const HELP = `Commands:
 Ctrl+C stops a reply (what it wrote stays in the conversation), or drops the line being typed.
 `;
 
-/** A piped chat's exit code after SIGINT: 128 + the signal's number, as a shell reports a command it ended. */
-const SIGINT_EXIT = 130;
+/** A chat's exit code after SIGINT ended it: 128 + the signal's number; the process ends by SIGINT (main.ts). */
+const SIGINT_EXIT = SIGNAL_EXITS.SIGINT as number;
 
 /**
  * Ollama's parameter names for /set parameter, and where each goes. Values are read as Ollama's API reads them
@@ -121,7 +122,7 @@ export class ChatSession {
   private sessionId = `cli-chat-${randomUUID()}`;
   private current: { cancel: () => void } | null = null;
   ended = false;
-  /** A piped chat ended by SIGINT (Ctrl+C between its turns): it exits 130, as a command the signal ended. */
+  /** A chat ended by SIGINT (a piped chat's Ctrl+C, a `kill -INT` between turns): it ends by SIGINT (130). */
   interrupted = false;
   /**
    * The first turn that failed (not one stopped), or the first command not understood: a piped chat exits with its
@@ -595,13 +596,15 @@ async function repl(session: ChatSession, input: ChatInput, interactive: boolean
   if (interactive) return terminalRepl(session, input, io);
   const rl = createInterface({ input, terminal: false });
   const reader = new TurnReader();
-  // Without a terminal, readline sees no Ctrl+C: the signal comes to the process. Between turns the chat ends
-  // there, and says so in its exit code (128 + SIGINT's 2, as a shell reports a command the signal ended, and as
-  // generate ends).
+  // Without a terminal, readline sees no Ctrl+C: the signal comes to the process, and the chat ends there, the
+  // reply being written too (no person is there to go on with the next turn: the input's later turns are a script's,
+  // as in `ollama run < file`), says so, and ends by the signal (as a shell reports a command it ended, and as
+  // generate ends), so that a loop running it stops too.
   const onInterrupt = () => {
-    if (session.stop()) return;
+    if (session.ended) return;
     session.ended = true;
     session.interrupted = true;
+    io.err(`${session.stop() ? '\n' : ''}kvdesk: interrupted: the chat ends; the rest of its input is not read\n`);
     rl.close();
   };
   process.on('SIGINT', onInterrupt);

@@ -29,6 +29,14 @@ import { dataDirOf } from './data-dir';
  */
 export const STDOUT_CLOSED_EXIT = 141;
 
+/**
+ * The exit codes of a command that a signal ended, having handled it first (a chat Ctrl+C interrupted, a server
+ * shut down): 128 + the signal's number. The process then ends by that signal itself (main.ts), as the convention
+ * asks, so that a shell running it in a loop (or xargs) stops too: a command that exits 130 says it handled the
+ * Ctrl+C, and the loop goes on.
+ */
+export const SIGNAL_EXITS: Readonly<Partial<Record<NodeJS.Signals, number>>> = { SIGINT: 130, SIGTERM: 143 };
+
 /** Maps an error code to the CLI's exit code. */
 export function exitCodeFor(code: ErrorInfo['code']): number {
   switch (code) {
@@ -223,11 +231,15 @@ export function parseNumber(name: string, value: string | undefined, integer = f
 
 export function parseIds(value: string): number[] {
   const parts = value.split(',').map((s) => s.trim());
-  const ids = parts.map(Number);
-  if (parts.length === 0 || ids.some((n, i) => parts[i] === '' || !Number.isInteger(n) || n < 0)) {
-    throw badArgs(`--prompt-ids expects comma-separated non-negative integers, got "${value}"`);
+  // Decimal digits only: Number() also reads 0x10, 1e2 and 1.0, which no tokenizer writes as an id.
+  const bad = parts.find((p) => !/^\d+$/.test(p) || !Number.isSafeInteger(Number(p)));
+  if (bad !== undefined) {
+    const item = bad === '' ? 'an empty item' : `"${bad}"`;
+    throw badArgs(
+      `--prompt-ids expects comma-separated token ids (decimal whole numbers, 0 or more): ${item} in "${value}" is not one`,
+    );
   }
-  return ids;
+  return parts.map(Number);
 }
 
 /** The sampling flags `generate` and `chat` take (parseArgs options). */

@@ -1,8 +1,8 @@
 /**
  * The kvdesk command line: inspect | generate | chat | list | pull | search | serve. A thin adapter over
  * RunnerService and the package loader; no business logic lives here.
- * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 4 the hub unreachable or a download failed,
- * 141 stdout's reader went away, 1 internal error.
+ * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 4 the hub unreachable, a download failed or one
+ * under way already, 141 stdout's reader went away, 130/143 interrupted (ended by SIGINT/SIGTERM), 1 internal error.
  */
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
@@ -53,6 +53,7 @@ import {
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
+  SIGNAL_EXITS,
   STDOUT_CLOSED_EXIT,
   samplingFlags,
   threadsFlag,
@@ -113,6 +114,7 @@ generate options:
                            (default 4; 0: off)
   --prediction-file FILE   the reply you expect, mostly (a file being edited): lookup decoding drafts from it
   --json                   print one JSON object on stdout
+  --quiet, -q              no summary line (tokens, finish, tok/s, KV) on stderr; warnings and errors still go there
   --data-dir DIR           where the library lives (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --variant NAME           the graph variant (fp32, fp16, q4, quantized… of model_<name>.onnx) or an ORT package's
                            variant to load (default: as the library last loaded it, else the plain model.onnx,
@@ -125,7 +127,8 @@ generate options:
   --package-template       the package's own chat template for this run, even where the library keeps one of yours
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
-stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
+stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe or a file, each line is a turn,
+and Ctrl+C ends the chat):
   --system TEXT            the system prompt (also /set system)
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
@@ -146,8 +149,9 @@ pull options:
 search options:
   --limit N                at most N repositories (1 to 100, default 20)
 
-Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 4 the hub unreachable or a download failed
-(try again), 141 stdout closed by its reader (| head), 1 internal error.`;
+Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 4 the hub unreachable, a download failed or
+one under way already (try again), 141 stdout closed by its reader (| head), 130 and 143 interrupted (Ctrl+C,
+SIGTERM: kvdesk ends by the signal, as a shell reports it), 1 internal error.`;
 
 /** Summary of a spec for `inspect` (JSON form keeps bpt at the top level). */
 export function inspectJson(spec: ModelSpec): Record<string, unknown> {
@@ -314,6 +318,7 @@ export const GENERATE_OPTIONS = {
   rows: { type: 'string' },
   'prediction-file': { type: 'string' },
   json: { type: 'boolean' },
+  quiet: { type: 'boolean', short: 'q' },
   ...HOST_OPTIONS,
   ...LOAD_OPTIONS,
 } as const;
@@ -344,6 +349,8 @@ async function generate(
             : ''),
       );
     }
+    // The package is found first: a name that is not there is said at once, not once stdin has ended.
+    const dir = await packageDir(positionals[0] as string, values['data-dir']);
     const prompts = await promptsOf(values.prompt, values['prompt-ids'], input, io.err);
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
@@ -429,7 +436,6 @@ async function generate(
       ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
       ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
     });
-    const dir = await packageDir(positionals[0] as string, values['data-dir']);
     const info = await host.loadModel(dir, await loadFlags(dir, values));
     // On stderr with --json too (stdout is the JSON's), and in the JSON: a backend that fell back to the CPU is
     // never silent.
@@ -490,9 +496,11 @@ async function generate(
       for (const [i, r] of result.rows.entries()) {
         for (const c of r.toolCalls ?? []) io.out(`${multiRow ? `[row ${i}] ` : ''}call ${c.name}(${c.arguments})\n`);
       }
-      io.err(
-        `kvdesk: ${tokensLine(result)}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${result.rows.length > 1 ? ' per row' : ''}${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
-      );
+      // Nobody read the rows (printed as they all end): nothing more to say, to nobody (exit 141 below).
+      if (!values.quiet && !io.closed?.aborted)
+        io.err(
+          `kvdesk: ${tokensLine(result)}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${result.rows.length > 1 ? ' per row' : ''}${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
+        );
     }
     return 0;
   } catch (err) {
@@ -664,8 +672,9 @@ async function list(args: string[], io: Io): Promise<number> {
         id: e.id,
         root: e.root,
         state: e.missing ? 'missing' : e.error ? 'invalid' : 'ok',
-        uploaded: e.uploaded,
-        lastLoadedAt: new Date(e.lastLoadedAt).toISOString(),
+        // An upload's copy (a pull's says so by its source), and when it was last loaded: null while never.
+        uploaded: e.uploaded && !e.source,
+        lastLoadedAt: e.neverLoaded ? null : new Date(e.lastLoadedAt).toISOString(),
         ...(e.neverLoaded ? { neverLoaded: true } : {}),
         ...(e.spec
           ? {
@@ -682,14 +691,15 @@ async function list(args: string[], io: Io): Promise<number> {
       io.out(`${JSON.stringify({ dataDir, packages: rows })}\n`);
       return 0;
     }
+    // No rows: said on stderr, so that `kvdesk list | cut …` gets nothing.
     if (entries.length === 0 && library.problems.length > 0) {
-      io.out(
+      io.err(
         `The library at ${dataDir} lists no package: no entry of it could be read (the warning above says why).\n`,
       );
       return 0;
     }
     if (entries.length === 0) {
-      io.out(
+      io.err(
         `The library at ${dataDir} is empty: packages join it when kvdesk serve loads them, or when they are uploaded or pulled (generate and chat only read it).\n`,
       );
       return 0;
@@ -939,6 +949,16 @@ if (require.main === module) {
     (code) => {
       // Output that could not be written (not a reader gone): a failure.
       process.exitCode = code === STDOUT_CLOSED_EXIT && io.failed() ? 1 : code;
+      // Ended by a signal it handled (a chat's Ctrl+C): ended by that signal again, once the output is out.
+      const signal = (Object.keys(SIGNAL_EXITS) as NodeJS.Signals[]).find((s) => SIGNAL_EXITS[s] === code);
+      if (signal && process.platform !== 'win32') {
+        process.stdout.write('', () =>
+          process.stderr.write('', () => {
+            process.removeAllListeners(signal);
+            process.kill(process.pid, signal);
+          }),
+        );
+      }
     },
     (err) => {
       process.stderr.write(

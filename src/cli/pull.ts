@@ -11,8 +11,11 @@ import { searchHub } from '../main/host/hub-search';
 import { canonicalPath, ModelLibrary, prepareDataDir } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
-import { badArgs, fail, type Io, libraryLog, parseFlags, parseNumber } from './common';
+import { badArgs, fail, type Io, libraryLog, parseFlags, parseNumber, SIGNAL_EXITS } from './common';
 import { dataDirOf } from './data-dir';
+
+/** Without a terminal (a log), a progress line at most this often, or each 10 %. */
+const NON_TTY_PROGRESS_MS = 5000;
 
 /** `kvdesk pull`'s flags (main.ts's help describes each). */
 export const PULL_OPTIONS = {
@@ -63,11 +66,24 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     if (plan.present) io.err(`kvdesk: ${listing.repo} (${variant.name}) is downloaded already, in ${root}\n`);
     else {
       let last = 0;
+      let lastPct = -1;
       let drawn = false;
+      /** The latest state, not drawn yet (too soon after the last line): drawn before anything else is said. */
+      let pending: string | null = null;
+      const draw = (line: string) => {
+        io.err(stderrIsTty ? `\r${line}\u001b[K` : `${line}\n`);
+        drawn = true;
+        pending = null;
+      };
+      // Ctrl+C: the download stops (what arrived stays, for the same command to resume from), and says so.
+      const interrupt = new AbortController();
+      const onInterrupt = () => interrupt.abort();
+      process.on('SIGINT', onInterrupt);
       try {
         await downloadHubModel(listing.repo, modelsDir, {
           ...hub,
           plan,
+          signal: interrupt.signal,
           // What it removes (stopped downloads of this package at other revisions), a line each.
           log: (line) => {
             if (stderrIsTty && drawn) io.err('\n');
@@ -75,16 +91,35 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
             io.err(`${line}\n`);
           },
           onProgress: (p) => {
+            if (json) return;
             const now = Date.now();
-            if (json || (now - last < 250 && p.doneBytes < p.totalBytes)) return;
-            last = now;
             const pct = p.totalBytes > 0 ? Math.floor((p.doneBytes / p.totalBytes) * 100) : 100;
             const line = `pulling ${listing.repo} (${p.variant}): ${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)} ${pct}%`;
-            io.err(stderrIsTty ? `\r${line}\u001b[K` : `${line}\n`);
-            drawn = true;
+            // A terminal redraws its line 4 times a second; a log (CI) gets a line every 5 s or each 10 %, and the
+            // last one.
+            const due = stderrIsTty
+              ? now - last >= 250
+              : now - last >= NON_TTY_PROGRESS_MS || Math.floor(pct / 10) > Math.floor(lastPct / 10);
+            if (!due && p.doneBytes < p.totalBytes) {
+              pending = line;
+              return;
+            }
+            last = now;
+            lastPct = pct;
+            draw(line);
           },
         });
+      } catch (err) {
+        if (!interrupt.signal.aborted) throw err;
+        if (pending !== null) draw(pending);
+        if (stderrIsTty && drawn) io.err('\n');
+        drawn = false;
+        io.err(`kvdesk: interrupted: run the same command again to resume (what arrived stays in ${plan.staging})\n`);
+        return SIGNAL_EXITS.SIGINT as number;
       } finally {
+        process.off('SIGINT', onInterrupt);
+        // Where it stopped (a stall, a failure) is drawn before why, not a state from seconds before.
+        if (pending !== null) draw(pending);
         // The progress line ends before whatever follows it (the id, or why it failed).
         if (stderrIsTty && drawn) io.err('\n');
       }
@@ -100,7 +135,10 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     if (!json) io.err(`kvdesk: ${listing.repo} (${variant.name}) is in the library as ${id}: kvdesk chat ${id}\n`);
     return 0;
   } catch (err) {
-    return fail(io, json, toErrorInfo(err));
+    const info = toErrorInfo(err);
+    const code = fail(io, json, info);
+    // Another kvdesk downloads it now: try again once it has ended (4), as after a download cut off; not bad input.
+    return info.detail?.busy === true ? 4 : code;
   }
 }
 

@@ -31,6 +31,7 @@ import {
   joinValues,
   lookupFlag,
   printBudgetNotes,
+  SIGNAL_EXITS,
   threadsFlag,
 } from './common';
 import { dataDirOf } from './data-dir';
@@ -149,8 +150,9 @@ const SAME_SIGNAL_MS = 1000;
  * Resolves `stopped` at SIGINT or SIGTERM (a second one, later, exits at once, for a shutdown that hangs); `dispose`
  * stops listening.
  */
-function signalled(io: Io): { stopped: Promise<void>; dispose: () => void } {
+function signalled(io: Io): { stopped: Promise<void>; signal: () => NodeJS.Signals | undefined; dispose: () => void } {
   let first = 0;
+  let got: NodeJS.Signals | undefined;
   let resolve!: () => void;
   const stopped = new Promise<void>((r) => {
     resolve = r;
@@ -158,17 +160,21 @@ function signalled(io: Io): { stopped: Promise<void>; dispose: () => void } {
   const onSignal = (signal: NodeJS.Signals) => {
     if (first === 0) {
       first = Date.now();
+      got = signal;
       io.err(`kvdesk: ${signal}: shutting down (send it again to exit at once)\n`);
       resolve();
       return;
     }
     if (Date.now() - first < SAME_SIGNAL_MS) return;
-    process.exit(signal === 'SIGINT' ? 130 : 143);
+    // Ended at once by the signal, as its parent (a shell, systemd) expects of a command that signal stopped.
+    process.removeAllListeners(signal);
+    process.kill(process.pid, signal);
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   return {
     stopped,
+    signal: () => got,
     dispose: () => {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
@@ -190,6 +196,11 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
   let signals: ReturnType<typeof signalled> | undefined;
   /** Told to stop (a signal, `control.until`). */
   let stopping = false;
+  /** Stopped by a signal: its exit code (the process ends by that signal, main.ts); by `control.until`: 0. */
+  const stoppedExit = () => {
+    const signal = signals?.signal();
+    return signal ? (SIGNAL_EXITS[signal] ?? 0) : 0;
+  };
   try {
     let values: ReturnType<
       typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: false }>
@@ -268,7 +279,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
 
     // A port taken is said before the models load (seconds each), not after.
     if (port !== 0) await probePort(host, port);
-    if (stopping) return 0;
+    if (stopping) return stoppedExit();
     runner = new RunnerService({ ...settings, ...control.settings });
     let resolveHost!: (h: HostApi) => void;
     const hostReady = new Promise<HostApi>((r) => {
@@ -285,7 +296,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     });
     resolveHost(hostApi);
     for (const { dir, at } of models) {
-      if (stopping) return 0;
+      if (stopping) return stoppedExit();
       const loaded = await hostApi.importPath(at, values['trust-installed'] === true ? { trustInstalled: true } : {});
       if (!loaded.ok)
         throw new KvdeskError(loaded.error.code, `--model ${dir}: ${loaded.error.message}`, loaded.error.detail);
@@ -293,7 +304,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
         `kvdesk: loaded ${loaded.value.id} (bpt ${loaded.value.spec.bpt}, context ${loaded.value.spec.contextLength})\n`,
       );
     }
-    if (stopping) return 0;
+    if (stopping) return stoppedExit();
     // A --kv-budget over what the memory holds is taken, and said (as the inspector shows it).
     printBudgetNotes(io, runner.snapshot());
     const dataId = await dataFolderId(dataDir, (line) => io.err(`${line}\n`));
@@ -345,10 +356,10 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       io.out(`kvdesk: open ${server.url}${query} in a browser${other}\n`);
     }
     await until;
-    return 0;
+    return stoppedExit();
   } catch (err) {
     // What a start cut short by the stop failed of (the engine stopped under a load) is no failure of serve.
-    if (stopping) return 0;
+    if (stopping) return stoppedExit();
     const info = toErrorInfo(err);
     const listen = (err as NodeJS.ErrnoException).code;
     if (listen === 'EADDRINUSE' || listen === 'EACCES' || listen === 'EADDRNOTAVAIL') {

@@ -42,6 +42,18 @@ describe('kvdesk pull hf.co/owner/name:variant', () => {
     expect(r.stdout).toBe('tiny-chat-fp32\n');
     expect(r.stderr).toContain(`kvdesk: ${REPO} (fp32) is in the library as tiny-chat-fp32`);
     expect(readdirSync(path.join(dataDir, 'models'))).toEqual(['tiny-chat-fp32']);
+    // Pulled, never loaded: the JSON says so as the table does (no time it was loaded; a download, not an upload).
+    const listed = await kvdesk(['list', '--json', '--data-dir', dataDir]);
+    expect(listed.status, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout).packages).toEqual([
+      expect.objectContaining({
+        id: 'tiny-chat-fp32',
+        uploaded: false,
+        lastLoadedAt: null,
+        neverLoaded: true,
+        source: expect.objectContaining({ repo: REPO, variant: 'fp32' }),
+      }),
+    ]);
     // The same with --variant naming it too, and as its page's address: there already.
     for (const name of [`${REPO}:fp32`, `https://huggingface.co/${REPO}:fp32`]) {
       const again = await kvdesk(['pull', name, '--variant', 'fp32', '--data-dir', dataDir]);

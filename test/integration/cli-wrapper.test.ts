@@ -2,7 +2,8 @@
  * The `kvdesk` wrapper (bin/run-child.cjs) runs the program as its child and passes signals on. A terminal's Ctrl+C
  * reaches the whole foreground process group, the child included: the child gets it once, not once from the terminal
  * and again from the wrapper (a copy that came as a chat exited once ended it by the signal, exit 130). Without a
- * terminal, a SIGINT sent to the wrapper alone still reaches the child.
+ * terminal, a SIGINT sent to the wrapper alone still reaches the child. A child a signal killed leaves the wrapper
+ * killed by the same signal.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -65,10 +66,35 @@ describe('the kvdesk wrapper passes signals on', () => {
     30_000,
   );
 
+  it.skipIf(script.status !== 0)(
+    `in a terminal, with stdin from a file, Ctrl+C reaches the program once${script.status !== 0 ? ' (skipped: no `script` command to give it a terminal)' : ''}`,
+    async () => {
+      // `kvdesk chat M < questions.txt` at a terminal: the terminal still signals the whole foreground group.
+      const command = `exec '${process.execPath}' -e '${launcher}' < /dev/null`;
+      const child = spawn('script', ['-qec', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+      const { code, output } = await run(child, () => child.stdin?.write('\x03'));
+      expect(output).toContain('SIGINTs: 1\r\n');
+      expect(code, output).toBe(0);
+    },
+    30_000,
+  );
+
   it('without a terminal, a SIGINT sent to the wrapper reaches the program', async () => {
-    const child = spawn(process.execPath, ['-e', launcher], { stdio: ['pipe', 'pipe', 'pipe'] });
+    // Its own session: no terminal whose foreground it could be in (vitest's, run at a terminal).
+    const child = spawn(process.execPath, ['-e', launcher], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
     const { code, output } = await run(child, () => child.kill('SIGINT'));
     expect(output).toContain('SIGINTs: 1\n');
     expect(code, output).toBe(0);
+  }, 30_000);
+
+  it('a program a signal killed: the wrapper ends by the same signal, as its parent (a shell) must see it', () => {
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+      const victim = path.join(dir, `killed-${signal}.cjs`);
+      writeFileSync(victim, `process.kill(process.pid, ${JSON.stringify(signal)});\nsetTimeout(() => {}, 5000);\n`);
+      const wrapped = `require(${JSON.stringify(path.join(repoRoot, 'bin/run-child.cjs'))}).runNodeChild([${JSON.stringify(victim)}])`;
+      const r = spawnSync(process.execPath, ['-e', wrapped], { encoding: 'utf8', timeout: 20_000 });
+      // Not exit 128 + N: a shell takes that for a program that handled the signal, and its loop goes on.
+      expect({ status: r.status, signal: r.signal }, r.stderr).toEqual({ status: null, signal });
+    }
   }, 30_000);
 });

@@ -1094,7 +1094,8 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     // Commands that print once: the same quiet end.
     for (const args of [
       ['inspect', defaultModelDir],
-      ['list', '--data-dir', path.join(repoRoot, 'no-such-dir')],
+      // (An empty library's sentence goes to stderr: its JSON is what goes to stdout.)
+      ['list', '--json', '--data-dir', path.join(repoRoot, 'no-such-dir')],
     ]) {
       const quiet = await kvdeskStdoutClosed(args);
       noCrash(quiet.stderr);

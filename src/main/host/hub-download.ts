@@ -735,7 +735,8 @@ async function lock(staging: string, repo: string): Promise<() => Promise<void>>
   throw new KvdeskError(
     'BAD_REQUEST',
     `${repo} is being downloaded already (into ${staging}, by ${describeHolder(got)}): wait for it to end. If no kvdesk is downloading it, delete ${file} and download again.`,
-    { field: 'repo', file },
+    // busy: no fault of the request; `kvdesk pull` exits 4 (try again), not 2.
+    { field: 'repo', file, busy: true },
   );
 }
 

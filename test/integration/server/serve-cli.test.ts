@@ -311,6 +311,9 @@ async function signalWhileStreaming(signal: 'SIGINT' | 'SIGTERM'): Promise<void>
   child.stderr?.on('data', (d: Buffer) => {
     stderr += d.toString();
   });
+  const ended = new Promise<NodeJS.Signals | number | null>((resolve) =>
+    child.on('exit', (code, got) => resolve(got ?? code)),
+  );
   try {
     const url = await printedUrl(child, () => stderr);
     const res = await fetch(`${url}/v1/chat/completions`, {
@@ -343,6 +346,8 @@ async function signalWhileStreaming(signal: 'SIGINT' | 'SIGTERM'): Promise<void>
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(stderr).toContain(`${signal}: shutting down`);
+    // Shut down cleanly, and ended by the signal, as its parent (a shell, systemd) expects of what it stopped.
+    expect(await ended, stderr).toBe(signal);
   } finally {
     if (alive(-pid)) process.kill(-pid, 'SIGKILL');
     await rm(dataDir, { recursive: true, force: true });

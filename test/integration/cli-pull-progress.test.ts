@@ -1,0 +1,143 @@
+/**
+ * `kvdesk pull` (a real process) in a script's log, against a local imitation of the hub (test/helpers/fake-hub.ts):
+ * without a terminal its progress is a line every 5 s or each 10 % (not 4 a second), a stall is said after the state
+ * it stopped at (not one throttled away), and Ctrl+C says how to resume, which the same command then does.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { formatBytes } from '../../src/shared/format';
+import { defaultModelRepo, type FakeHub, startFakeHub } from '../helpers/fake-hub';
+import { repoRoot } from '../helpers/fixtures';
+
+const REPO = 'onnx-community/tiny-chat';
+const GRAPH = 'onnx/model_q4.onnx'; // the variant kvdesk takes (q4)
+const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
+let hub: FakeHub;
+const dirs: string[] = [];
+const dataDir = () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-pull-progress-'));
+  dirs.push(dir);
+  return dir;
+};
+
+beforeAll(async () => {
+  hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+}, 60_000);
+afterAll(async () => {
+  await hub?.close();
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+const env = (extra: NodeJS.ProcessEnv = {}) => ({ ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '', ...extra });
+
+/** The progress lines of a pull's stderr: the bytes each shows. */
+const progress = (stderr: string) => [...stderr.matchAll(/^pulling .*: (.+) \/ (.+) (\d+)%$/gm)].map((m) => m[1]);
+
+describe('kvdesk pull without a terminal', () => {
+  it('a stall is said after the state it stopped at', async () => {
+    hub.faults.stall = GRAPH;
+    hub.served.clear();
+    try {
+      const r = await new Promise<{ status: number | null; stderr: string }>((resolve) =>
+        execFile(
+          process.execPath,
+          [BIN, 'pull', REPO, '--data-dir', dataDir()],
+          { cwd: repoRoot, env: env({ KVDESK_HUB_TIMEOUT_MS: '1500' }), timeout: 60_000 },
+          (err, _stdout, stderr) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
+        ),
+      );
+      expect(r.status, r.stderr).toBe(4);
+      expect(r.stderr).toMatch(/no data for 2 s/);
+      // The last line before the error shows what arrived (what the hub sent), not a state from before it.
+      const sent = [...hub.served.values()].reduce((a, b) => a + b, 0);
+      expect(sent).toBeGreaterThan(0);
+      expect(progress(r.stderr).at(-1), r.stderr).toBe(formatBytes(sent));
+    } finally {
+      hub.faults.stall = undefined;
+    }
+  }, 60_000);
+
+  it('Ctrl+C says how to resume and ends by SIGINT; the same command resumes, in a few lines of progress', async () => {
+    let released = false;
+    hub.faults.hold = { path: GRAPH, until: () => released };
+    const dir = dataDir();
+    const child = spawn(process.execPath, [BIN, 'pull', REPO, '--data-dir', dir], {
+      cwd: repoRoot,
+      env: env(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // Its own session: no terminal whose foreground it could be in (the wrapper passes this SIGINT on).
+      detached: true,
+    });
+    let stderr = '';
+    const halfWay = new Promise<void>((resolve) =>
+      child.stderr.on('data', (d) => {
+        stderr += String(d);
+        if (/ [1-9]\d?%$/m.test(stderr)) resolve();
+      }),
+    );
+    const ended = new Promise<NodeJS.Signals | number | null>((resolve) =>
+      child.on('close', (code, signal) => resolve(signal ?? code)),
+    );
+    try {
+      await halfWay;
+      child.kill('SIGINT');
+      expect(await ended, stderr).toBe('SIGINT');
+      expect(stderr).toMatch(
+        /kvdesk: interrupted: run the same command again to resume \(what arrived stays in .+\)\n$/,
+      );
+    } finally {
+      released = true;
+      hub.faults.hold = undefined;
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+    const asked = hub.requests.length;
+    const again = await new Promise<{ status: number | null; stderr: string }>((resolve) =>
+      execFile(
+        process.execPath,
+        [BIN, 'pull', REPO, '--data-dir', dir],
+        { cwd: repoRoot, env: env(), timeout: 60_000 },
+        (err, _o, e) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stderr: e }),
+      ),
+    );
+    expect(again.status, again.stderr).toBe(0);
+    // Resumed: the graph's rest was asked for from where it stopped.
+    expect(hub.requests.slice(asked).some((q) => q.range !== undefined && q.range !== 'bytes=0-')).toBe(true);
+    // A line each 10 % at most (and the first and last), not one every 250 ms.
+    const lines = progress(again.stderr);
+    expect(lines.length, again.stderr).toBeGreaterThan(0);
+    expect(lines.length, again.stderr).toBeLessThanOrEqual(12);
+  }, 90_000);
+
+  it('a pull of a package another one is downloading exits 4 (try again), not 2 (bad input)', async () => {
+    let released = false;
+    hub.faults.hold = { path: GRAPH, until: () => released };
+    const dir = dataDir();
+    const first = spawn(process.execPath, [BIN, 'pull', REPO, '--data-dir', dir], {
+      cwd: repoRoot,
+      env: env(),
+      stdio: ['ignore', 'ignore', 'ignore'],
+    });
+    try {
+      const asked = hub.requests.length;
+      while (!hub.requests.slice(asked).some((q) => q.path.includes('model_q4.onnx')))
+        await new Promise((r) => setTimeout(r, 20));
+      const second = await new Promise<{ status: number | null; stderr: string }>((resolve) =>
+        execFile(
+          process.execPath,
+          [BIN, 'pull', REPO, '--data-dir', dir],
+          { cwd: repoRoot, env: env(), timeout: 60_000 },
+          (err, _o, e) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stderr: e }),
+        ),
+      );
+      expect(second.stderr).toContain(`${REPO} is being downloaded already`);
+      expect(second.status, second.stderr).toBe(4);
+    } finally {
+      first.kill('SIGKILL');
+      released = true;
+      hub.faults.hold = undefined;
+    }
+  }, 60_000);
+});
