@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
-import { countJsonValues, grouped } from './json-guard';
+import { BYTES_PER_VALUE, countJsonValues, grouped } from './json-guard';
 
 /** Headers on every API answer: nothing is cacheable, nothing is sniffed. */
 export const API_HEADERS: Readonly<Record<string, string>> = {
@@ -496,7 +496,7 @@ export function parseJson(body: Buffer, maxValues: number, raise?: string): unkn
   if (countJsonValues(body, maxValues) > maxValues) {
     const err = httpError(
       413,
-      `The request body holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them); kvdesk reads at most ${grouped(maxValues)} in one body (one per 64 bytes of the body size limit, and at least a million). Send fewer${raise ? `, or ${raise}, which raises this limit with it` : ''}.`,
+      `The request body holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them); kvdesk reads at most ${grouped(maxValues)} in one body (one per ${BYTES_PER_VALUE} bytes of the body size limit, and at least a million). Send fewer${raise ? `, or ${raise}, which raises this limit with it` : ''}.`,
       'payload_too_large',
     );
     err.body.error.limit_values = maxValues;

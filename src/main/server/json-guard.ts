@@ -11,14 +11,18 @@ const OPEN_BRACE = 0x7b;
 const OPEN_BRACKET = 0x5b;
 const COMMA = 0x2c;
 
+/** The bytes of a size limit each JSON value it allows takes (maxJsonValuesFor). */
+export const BYTES_PER_VALUE = 8;
+
 /**
- * The values a JSON message of at most `maxBytes` bytes may hold: one per 64 bytes, and at least a million. A chat's
+ * The values a JSON message of at most `maxBytes` bytes may hold: one per 8 bytes, and at least a million. A chat's
  * save (its attachments and texts are strings: a few values each) holds far fewer; a chat whose replies kept their
- * token probabilities (about 22 values a token) holds the most, about one per 12 bytes of those. Raising the byte
- * limit raises this one with it.
+ * token probabilities (about 22 values a token) holds the most, about one per 9 bytes of those, so any save within
+ * the size limit is read. `[{},{},…]` is one per 1.5 bytes: the most it can hold is a sixth of what its bytes
+ * would. Raising the byte limit raises this one with it.
  */
 export function maxJsonValuesFor(maxBytes: number): number {
-  return Math.max(1_000_000, Math.floor(maxBytes / 64));
+  return Math.max(1_000_000, Math.floor(maxBytes / BYTES_PER_VALUE));
 }
 
 /**

@@ -25,8 +25,8 @@ async function health(url: string): Promise<number> {
 
 let t: TestServer;
 beforeAll(async () => {
-  // Messages of 16 MiB at most: 1,000,000 values (the least the limit is).
-  t = await startTestServer({}, { idleTimeoutMs: 400, maxMessageBytes: 16 * 1024 ** 2 });
+  // Messages and bodies of 6 MiB at most: 1,000,000 values (the least the limit is).
+  t = await startTestServer({}, { idleTimeoutMs: 400, maxMessageBytes: 6 * 1024 ** 2, maxJsonBytes: 6 * 1024 ** 2 });
 });
 afterAll(async () => {
   await t?.close();

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { countJsonValues, maxJsonValuesFor } from '../../../src/main/server/json-guard';
+import { BYTES_PER_VALUE, countJsonValues, maxJsonValuesFor } from '../../../src/main/server/json-guard';
 
 const count = (text: string, max = 1e9) => countJsonValues(Buffer.from(text), max);
 
@@ -63,8 +63,45 @@ describe('countJsonValues', () => {
     expect(counted).toBeGreaterThanOrEqual(valuesOf(parsed) - containers);
   });
 
-  it('allows one value per 64 bytes of a size limit, and at least a million', () => {
-    expect(maxJsonValuesFor(256 * 1024 ** 2)).toBe(4_194_304);
-    expect(maxJsonValuesFor(32 * 1024 ** 2)).toBe(1_000_000);
+  it('allows one value per 8 bytes of a size limit, and at least a million', () => {
+    expect(maxJsonValuesFor(256 * 1024 ** 2)).toBe(33_554_432);
+    expect(maxJsonValuesFor(32 * 1024 ** 2)).toBe(4_194_304);
+    expect(maxJsonValuesFor(4 * 1024 ** 2)).toBe(1_000_000);
+  });
+
+  it("reads any chat's save within its size limit, one whose replies kept 20 alternatives a token included", () => {
+    // The most values a save holds for its bytes: every token of every reply with its probability and the most
+    // alternatives a token keeps (TokenProbability: 20), each of one or two characters, log-probabilities as the
+    // page writes them (doubles, JSON.stringify's shortest form).
+    let seed = 7;
+    const rnd = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return (seed + 1) / (2 ** 31 + 1);
+    };
+    const token = () => ({
+      b: [97 + Math.floor(rnd() * 26)],
+      lp: Math.log(rnd()),
+      top: Array.from({ length: 20 }, () => ({
+        t: String.fromCharCode(97 + Math.floor(rnd() * 26)),
+        lp: Math.log(rnd()),
+      })),
+    });
+    const reply = {
+      id: 'a1',
+      role: 'assistant',
+      content: 'x'.repeat(4096),
+      createdAt: 1,
+      probabilities: Array.from({ length: 4096 }, token),
+    };
+    const save = Buffer.from(
+      JSON.stringify({
+        t: 'invoke',
+        id: 1,
+        name: 'saveThread',
+        request: { id: 't', title: 't', createdAt: 1, updatedAt: 1, messages: [reply] },
+      }),
+    );
+    // Per byte, so at every size limit (a million at the least).
+    expect(countJsonValues(save, Number.POSITIVE_INFINITY) * BYTES_PER_VALUE).toBeLessThanOrEqual(save.length);
   });
 });
