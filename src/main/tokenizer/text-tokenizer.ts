@@ -536,8 +536,15 @@ function tokenLengthBound(
   };
   if (model.type !== 'BPE' || !isRecord(model.vocab)) return undefined;
   const byteLevel = decoderTypes(json.decoder).has('ByteLevel');
-  const noUnknowns =
-    model.byte_fallback === true || (byteLevel && (model.unk_token == null || model.fuse_unk !== true));
+  // Unknown text is one `<unk>` a character at the least, unless unknowns are fused (a run of them one token): byte
+  // fallback leaves none only where every byte has its `<0xNN>` token.
+  const unfused = model.unk_token == null || model.fuse_unk !== true;
+  const vocab = model.vocab;
+  const everyByte = () =>
+    Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`).every(
+      (t) => t in vocab,
+    );
+  const noUnknowns = (model.byte_fallback === true && (unfused || everyByte())) || (byteLevel && unfused);
   if (!noUnknowns) return undefined;
   const shrink = normalizerShrink(json.normalizer);
   if (shrink === undefined || !preTokenizerKeepsText(json.pre_tokenizer)) return undefined;

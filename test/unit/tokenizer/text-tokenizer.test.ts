@@ -458,6 +458,14 @@ describe('fewestTokens: a true lower bound on a text’s tokens, known without t
     for (const json of variants) {
       expect(createTextTokenizer({ tokenizerJson: json, vocabSize: 300 }).fewestTokens(' '.repeat(1000))).toBe(0);
     }
+    // Byte fallback without some of its byte tokens, unknowns fused: a run of CJK characters is one <unk>.
+    const fallback = byteFallbackTokenizerJson();
+    const model = fallback.model as { vocab: Record<string, number>; fuse_unk?: boolean };
+    const gapped = { ...fallback, model: { ...model, fuse_unk: true, vocab: { ...model.vocab } } };
+    for (let b = 0x80; b < 0x100; b++) delete gapped.model.vocab[`<0x${b.toString(16).toUpperCase()}>`];
+    const gappedTok = createTextTokenizer({ tokenizerJson: gapped, vocabSize: 270 });
+    expect(gappedTok.encode('東'.repeat(3000), { addSpecialTokens: false }).length).toBeLessThan(5);
+    expect(gappedTok.fewestTokens('東'.repeat(3000))).toBe(0);
     // The same tokenizer as it is has one.
     expect(
       createTextTokenizer({ tokenizerJson: byteLevel, vocabSize: 300 }).fewestTokens(' '.repeat(1000)),
