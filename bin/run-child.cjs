@@ -70,19 +70,18 @@ function endsWithParent() {
 }
 
 /**
- * Whether a SIGINT now is most likely the Ctrl+C of a person at this program's terminal: it has a controlling
- * terminal whose foreground process group is this one (Linux's /proc/self/stat; elsewhere false), whatever its
- * stdin is (`kvdesk chat M < questions.txt` at a terminal gets the Ctrl+C all the same). The terminal signals the
- * whole group, the child too, so passing it on made every Ctrl+C come twice (a chat stopping a reply got the copy as
- * it exited, and died by it; a piped one lost two turns to one Ctrl+C). A `kill -INT` of this pid from elsewhere
- * while it runs in the foreground is then not passed on.
+ * Whether a SIGINT now is most likely the Ctrl+C of a person typing to this program: its input is a terminal whose
+ * foreground process group is this one (Linux's /proc/self/stat; elsewhere false). The terminal signals the whole group,
+ * the child too, so passing it on made every Ctrl+C come twice (a chat stopping a reply got the copy as it exited, and
+ * died by it). A `kill -INT` of this pid from elsewhere while it runs in the foreground is then not passed on.
  */
 function typedInForeground() {
+  if (!require('node:tty').isatty(0)) return false;
   try {
     const stat = require('node:fs').readFileSync('/proc/self/stat', 'utf8');
-    // After "pid (name) ": state ppid pgrp session tty_nr tpgid (tty_nr 0 and tpgid -1: no controlling terminal)
+    // After "pid (name) ": state ppid pgrp session tty_nr tpgid
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(fields[4]) !== 0 && Number(fields[5]) > 0 && fields[2] === fields[5];
+    return Number(fields[5]) > 0 && fields[2] === fields[5];
   } catch {
     return false;
   }

@@ -66,19 +66,6 @@ describe('the kvdesk wrapper passes signals on', () => {
     30_000,
   );
 
-  it.skipIf(script.status !== 0)(
-    `in a terminal, with stdin from a file, Ctrl+C reaches the program once${script.status !== 0 ? ' (skipped: no `script` command to give it a terminal)' : ''}`,
-    async () => {
-      // `kvdesk chat M < questions.txt` at a terminal: the terminal still signals the whole foreground group.
-      const command = `exec '${process.execPath}' -e '${launcher}' < /dev/null`;
-      const child = spawn('script', ['-qec', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
-      const { code, output } = await run(child, () => child.stdin?.write('\x03'));
-      expect(output).toContain('SIGINTs: 1\r\n');
-      expect(code, output).toBe(0);
-    },
-    30_000,
-  );
-
   it('without a terminal, a SIGINT sent to the wrapper reaches the program', async () => {
     // Its own session: no terminal whose foreground it could be in (vitest's, run at a terminal).
     const child = spawn(process.execPath, ['-e', launcher], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
