@@ -66,6 +66,22 @@ describe('the kvdesk wrapper passes signals on', () => {
     30_000,
   );
 
+  it.skipIf(script.status !== 0)(
+    `at a terminal, a SIGINT another program sends to a wrapper whose input is no terminal reaches the program${script.status !== 0 ? ' (skipped: no `script` command to give it a terminal)' : ''}`,
+    async () => {
+      // A script's background job (no job control: it stays in the terminal's foreground group), stopped by kill -INT
+      // as a script, an IDE's task runner or `timeout --foreground` stops it: no terminal typed it.
+      const command = `'${process.execPath}' -e '${launcher}' </dev/null & P=$!; sleep 1.5; kill -INT $P; wait $P; echo "rc=$?"`;
+      const child = spawn('script', ['-qec', `bash -c '${command.replaceAll("'", "'\\''")}'`, '/dev/null'], {
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      const { output } = await run(child, () => {});
+      expect(output).toContain('SIGINTs: 1\r\n');
+      expect(output).toContain('rc=0');
+    },
+    30_000,
+  );
+
   it('without a terminal, a SIGINT sent to the wrapper reaches the program', async () => {
     // Its own session: no terminal whose foreground it could be in (vitest's, run at a terminal).
     const child = spawn(process.execPath, ['-e', launcher], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
