@@ -491,6 +491,60 @@ describe('a page of any origin (--allow-origin *) is answered without the folder
     expect(lines.status).toBe(200);
     expect(JSON.parse(lines.body.trim().split('\n').at(-1) as string)).toMatchObject({ done: true });
   });
+
+  it("never rewrites what the model writes: a path its schema requires (a tool call, a response format, Ollama's) goes as it is", async () => {
+    // A path in a folder kvdesk hides from this page: the model is made to write it, and the page must get it.
+    const file = path.join(t.dataDir, 'notes.txt');
+    const schema = {
+      type: 'object',
+      properties: { path: { const: file } },
+      required: ['path'],
+      additionalProperties: false,
+    };
+    const post = (p: string, body: object) =>
+      rawRequest(t.url, {
+        method: 'POST',
+        path: p,
+        headers: { host: `127.0.0.1:${t.server.port}`, 'content-type': 'application/json', origin: EVIL },
+        body: JSON.stringify(body),
+      });
+    const ask = { model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 200, temperature: 0 };
+    const format = {
+      ...ask,
+      response_format: { type: 'json_schema', json_schema: { name: 'p', schema, strict: true } },
+    };
+    const answered = await post('/v1/chat/completions', format);
+    expect(answered.status, answered.body).toBe(200);
+    expect(answered.headers['access-control-allow-origin']).toBe(EVIL);
+    // An answer kvdesk writes whole keeps its length.
+    expect(answered.headers['content-length']).toBe(String(Buffer.byteLength(answered.body)));
+    expect(JSON.parse(JSON.parse(answered.body).choices[0].message.content)).toEqual({ path: file });
+    const tool = await post('/v1/chat/completions', {
+      ...ask,
+      tools: [{ type: 'function', function: { name: 'read_file', parameters: schema, strict: true } }],
+      tool_choice: { type: 'function', function: { name: 'read_file' } },
+    });
+    expect(tool.status, tool.body).toBe(200);
+    const call = JSON.parse(tool.body).choices[0].message.tool_calls[0];
+    expect(JSON.parse(call.function.arguments)).toEqual({ path: file });
+    // Streamed, however its chunks split the path.
+    const streamed = await post('/v1/chat/completions', { ...format, stream: true });
+    const text = streamed.body
+      .split('\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.content ?? '')
+      .join('');
+    expect(JSON.parse(text)).toEqual({ path: file });
+    const ollama = await post('/api/generate', {
+      model: 'default',
+      prompt: 'hi',
+      format: schema,
+      stream: false,
+      options: { num_predict: 200, temperature: 0 },
+    });
+    expect(ollama.status, ollama.body).toBe(200);
+    expect(JSON.parse(JSON.parse(ollama.body).response)).toEqual({ path: file });
+  });
 });
 
 describe('a name given with --allow-host and no port', () => {
