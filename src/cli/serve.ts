@@ -350,6 +350,14 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
         `kvdesk: ${any ? 'any web page' : `pages of ${origins.map((o) => o.trim()).join(', ')}`} may call the model APIs from a browser${token === undefined ? (any ? ' — with no --token, any site you open can use your models' : ' (no --token: they need none)') : ' with the token'}\n`,
       );
     }
+    // A name given bare answers as a Host on any port, but the UI's own origins are its names on a port: a page of
+    // it on 80 or 443 (a reverse proxy's) loads, and its WebSocket is refused.
+    const bare = hosts.filter((h) => /^(\[[^\]]*\]|[^:[\]]+)$/.test(h));
+    if (bare.length > 0 && listening !== 80 && listening !== 443) {
+      io.err(
+        `kvdesk: ${bare.map((h) => `--allow-host ${h}`).join(', ')} names no port: the UI opened through it on port 80 or 443 (a reverse proxy's http:// or https:// address) loads but cannot connect; to use the UI there, give ${bare.map((h) => `--allow-host ${h}:80`).join(', ')} (or :443 for https) instead\n`,
+      );
+    }
     if (token !== undefined) {
       const query = `/?token=${encodeURIComponent(token)}`;
       const other = lan.length > 0 ? ` (on another device: ${lan.map((u) => `${u}${query}`).join(', ')})` : '';

@@ -16,6 +16,7 @@ import {
   messageBody,
   messageId,
 } from './anthropic-adapter';
+import { withoutFolders } from './hide-paths';
 import {
   errorFromInfo,
   HttpError,
@@ -38,7 +39,7 @@ export function sendAnthropicError(res: ServerResponse, err: HttpError): void {
     return;
   }
   const { status, body, headers } = anthropicError(err);
-  sendJson(res, status, body, headers);
+  sendJson(res, status, withoutFolders(res, body), headers);
 }
 
 /** POST /v1/messages/count_tokens: the prompt's tokens, rendered as a request with the same fields would be. */
@@ -131,7 +132,7 @@ export function serveMessages(
             sendAnthropicError(res, err);
             return;
           }
-          send([{ type: 'error', error: anthropicError(err).body.error }]);
+          send([{ type: 'error', error: withoutFolders(res, anthropicError(err).body.error) }]);
           res.end();
           return;
         }

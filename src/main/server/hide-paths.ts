@@ -6,7 +6,9 @@
  *
  * The folders kvdesk knows are replaced in what such a request is answered, each where it is a whole path (not a
  * longer name that starts the same): a model's by `<folder of model ID>`, the data folder's by `<data folder>`, the
- * home folder by `~`. A model's reply that quotes one is answered so too.
+ * home folder by `~` — in what kvdesk itself writes: `root` is left out of its model listings, and its error messages
+ * (in a JSON answer or a stream's error event) are rewritten where they are sent (withoutFolders). What a model
+ * generates is never rewritten.
  */
 import type { ServerResponse } from 'node:http';
 import os from 'node:os';
@@ -53,44 +55,43 @@ export function hideFolders(text: string, folders: readonly Folder[]): string {
     forms.set(JSON.stringify(f.at).slice(1, -1), JSON.stringify(f.as).slice(1, -1));
     for (const [at, as] of forms) {
       if (!out.includes(at)) continue;
-      out = out.replace(new RegExp(`(?<![\\w.~-])${escapeRegExp(at)}(?![\\w.~-])`, 'g'), () => as);
+      // A letter or digit of any script (or `_ . ~ -`) beside it makes it part of a longer name: /home/jo is not in
+      // /home/jö/x.
+      out = out.replace(new RegExp(`(?<![\\p{L}\\p{N}_.~-])${escapeRegExp(at)}(?![\\p{L}\\p{N}_.~-])`, 'gu'), () => as);
     }
   }
   return out;
 }
 
+/** The responses answered to a page of another origin, and how each reads the folders to hide (hideFoldersIn). */
+const hiding = new WeakMap<ServerResponse, { folders: () => readonly Folder[]; known?: readonly Folder[] }>();
+
 /**
- * Answers `res` without the folders `folders()` names (hideFolders), in whatever it writes: JSON, a stream's events
- * or lines. Its length changes, so a Content-Length set is dropped (the answer goes chunked).
+ * Marks `res` as answering a page of another origin: the errors kvdesk writes to it (withoutFolders) name none of
+ * `folders()`. What a model generates (a completion, a chat's reply, a tool call's arguments, a stream) is never
+ * changed: a path it writes is its answer, which a schema (a tool's `const`, a response format) may require as it is.
  */
-export function answerWithoutFolders(res: ServerResponse, folders: () => readonly Folder[]): void {
-  // Read once: a stream's every event would read them again.
-  let known: readonly Folder[] | undefined;
-  const hide = (chunk: unknown): unknown => {
-    known ??= folders();
-    if (typeof chunk === 'string') return hideFolders(chunk, known);
-    // The model APIs write text; bytes are read as UTF-8 text only where they are whole (no character cut in two).
-    if (chunk instanceof Uint8Array) {
-      const text = Buffer.from(chunk).toString('utf8');
-      return text.includes('\uFFFD') ? chunk : hideFolders(text, known);
+export function hideFoldersIn(res: ServerResponse, folders: () => readonly Folder[]): void {
+  hiding.set(res, { folders });
+}
+
+/**
+ * `value` (an error kvdesk built: its body, an event of it) as `res` may be answered: where `res` answers a page of
+ * another origin (hideFoldersIn), each string in it with the known folders replaced (hideFolders); else as it is.
+ */
+export function withoutFolders<T>(res: ServerResponse, value: T): T {
+  const hide = hiding.get(res);
+  if (hide === undefined) return value;
+  // Read once per answer: a stream's error and the answer before it see the same folders.
+  hide.known ??= hide.folders();
+  const known = hide.known;
+  const walk = (v: unknown): unknown => {
+    if (typeof v === 'string') return hideFolders(v, known);
+    if (Array.isArray(v)) return v.map(walk);
+    if (v !== null && typeof v === 'object') {
+      return Object.fromEntries(Object.entries(v as Record<string, unknown>).map(([k, x]) => [k, walk(x)]));
     }
-    return chunk;
+    return v;
   };
-  const writeHead = res.writeHead.bind(res) as (...args: unknown[]) => ServerResponse;
-  res.writeHead = ((...args: unknown[]) => {
-    for (const a of args.slice(1)) {
-      if (a === null || typeof a !== 'object' || Array.isArray(a)) continue;
-      for (const k of Object.keys(a))
-        if (k.toLowerCase() === 'content-length') delete (a as Record<string, unknown>)[k];
-    }
-    res.removeHeader('content-length');
-    return writeHead(...args);
-  }) as typeof res.writeHead;
-  const write = res.write.bind(res) as (...args: unknown[]) => boolean;
-  res.write = ((chunk: unknown, ...rest: unknown[]) => write(hide(chunk), ...rest)) as typeof res.write;
-  const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
-  res.end = ((chunk?: unknown, ...rest: unknown[]) =>
-    typeof chunk === 'function' || chunk === undefined
-      ? end(chunk, ...rest)
-      : end(hide(chunk), ...rest)) as typeof res.end;
+  return walk(value) as T;
 }

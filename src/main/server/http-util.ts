@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
+import { withoutFolders } from './hide-paths';
 import { BYTES_PER_VALUE, countJsonValues, grouped } from './json-guard';
 
 /** Headers on every API answer: nothing is cacheable, nothing is sniffed. */
@@ -430,13 +431,13 @@ export function sendJsonText(
   res.end(text);
 }
 
-/** Sends an HttpError as its JSON body. */
+/** Sends an HttpError as its JSON body (to a page of another origin, naming no folder of this computer: hide-paths.ts). */
 export function sendHttpError(res: ServerResponse, err: HttpError): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  sendJson(res, err.status, err.body, err.headers);
+  sendJson(res, err.status, withoutFolders(res, err.body), err.headers);
 }
 
 /**

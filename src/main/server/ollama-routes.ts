@@ -13,6 +13,7 @@ import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import { type DownloadProgress, repoSpec, splitPullName } from '../host/hub-download';
 import { ownPackage } from '../host/own-package';
+import { withoutFolders } from './hide-paths';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import { installedModels, loadedModels, pulledName } from './model-names';
 import {
@@ -43,7 +44,7 @@ export function sendOllamaError(res: ServerResponse, err: HttpError, kind: Ollam
     return;
   }
   const { status, body, headers } = ollamaError(err, kind);
-  sendJson(res, status, body, headers);
+  sendJson(res, status, withoutFolders(res, body), headers);
 }
 
 /** kvdesk's own version (package.json), wherever the code was built to. */
@@ -228,7 +229,7 @@ export async function serveOllamaGeneration(
             return;
           }
           // After admission the status is already 200: Ollama ends such a stream with an error line.
-          line(ollamaError(err, kind).body);
+          line(withoutFolders(res, ollamaError(err, kind).body));
           res.end();
           return;
         }

@@ -11,6 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GenerateRequest, GenerationResult, StreamFrame } from '../../shared/contract';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
+import { withoutFolders } from './hide-paths';
 import {
   errorFromInfo,
   HttpError,
@@ -173,7 +174,7 @@ export function serveCompletion(
             return;
           }
           // After admission the status is already 200: the error travels in the stream, as OpenAI's does.
-          sse(err.body);
+          sse(withoutFolders(res, err.body));
           res.end();
           return;
         }

@@ -7,6 +7,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HostApi } from '../host/host-api';
+import { withoutFolders } from './hide-paths';
 import {
   errorFromInfo,
   HttpError,
@@ -95,7 +96,7 @@ export function serveResponse(
             sendHttpError(res, err);
             return;
           }
-          const e = err.body.error as { code?: string; message?: string; param?: string | null };
+          const e = withoutFolders(res, err.body.error) as { code?: string; message?: string; param?: string | null };
           if (events) send(events.failed(e.code ?? 'server_error', e.message ?? '', e.param ?? null));
           res.end();
           return;

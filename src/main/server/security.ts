@@ -159,6 +159,20 @@ const CROSS_ORIGIN_PATHS =
   /^\/(v1\/(models(\/.+)?|chat\/completions|completions|messages(\/count_tokens)?|responses)|api\/(chat|generate|show|tags|ps|version))$/;
 
 /**
+ * Whether the request GETs a file of the UI (its page, scripts, styles): what any client that passes the Host check
+ * (and the token, where one is set) may read anyway, so its Origin is not checked. A module script or a stylesheet
+ * the page loads goes with an Origin, which through a proxy on a default port (http://proxy.example, for
+ * `--allow-host proxy.example`) is no own origin of the UI's: refused, the page would stay blank. Not the WebSocket,
+ * nor a route of the APIs, kvdesk's own (/health, /metrics) or anything that changes a thing.
+ */
+export function uiFileRequest(req: IncomingMessage, url: URL): boolean {
+  if (req.method !== 'GET' && req.method !== 'HEAD') return false;
+  if (req.headers.upgrade !== undefined) return false;
+  const p = url.pathname;
+  return !(p.startsWith('/v1/') || p.startsWith('/api/') || p === '/ws' || p === '/health' || p === '/metrics');
+}
+
+/**
  * An origin as browsers send it (`scheme://host[:port]`), or `*`; null for anything else (a path, a bare name).
  */
 export function normalOrigin(text: string): string | null {
@@ -245,6 +259,8 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
     // The UI's own page: one of the server's names on its port, or a name given with its own port (a proxy's).
     // A page on another port of a name the Host check lets in bare (box.local on 80) is another site's.
     foreign = hostPort === null || !policy.ownOrigins.has(hostPort);
+    // A file of the UI is no secret (a client with no Origin gets it): its page keeps its cookie for it too.
+    if (foreign && uiFileRequest(req, url)) foreign = false;
     if (foreign && crossOrigin(req, url, policy) === null) {
       // An origin it was started with that calls a route beyond the model APIs is told that, not to allow it again.
       const allowed = originAllowed(origin, policy);

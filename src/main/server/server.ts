@@ -14,7 +14,7 @@ import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { ownPackage } from '../host/own-package';
 import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
-import { answerWithoutFolders, knownFolders } from './hide-paths';
+import { hideFoldersIn, knownFolders } from './hide-paths';
 import {
   API_HEADERS,
   errorFromInfo,
@@ -599,9 +599,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       res.setHeader('access-control-allow-origin', corsFrom);
       res.setHeader('vary', 'Origin');
       res.setHeader('access-control-expose-headers', 'retry-after, x-should-retry, x-request-id, request-id');
-      // Whatever it is answered (a listing, an error naming a package's folder, a stream) names no folder of this
-      // computer: the UI's own page (which `*` lets in here too) and clients without an Origin keep them.
-      if (fromAnotherSite(req, url, policy)) answerWithoutFolders(res, () => knownFolders(hostApi));
+      // kvdesk's own errors to it name no folder of this computer (its listings leave `root` out: modelJson); what a
+      // model generates goes as it is. The UI's own page (which `*` lets in here too) and clients without an Origin
+      // keep them.
+      if (fromAnotherSite(req, url, policy)) hideFoldersIn(res, () => knownFolders(hostApi));
       if (req.method === 'OPTIONS' && policy.allowedHosts.has(req.headers.host?.toLowerCase() ?? '')) {
         res.writeHead(204, {
           'access-control-allow-methods': 'GET, POST, OPTIONS',

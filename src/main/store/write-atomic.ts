@@ -28,8 +28,9 @@ export async function writeAtomic(file: string, data: string, opts: { mode?: num
       await fd.close();
     }
     // The umask narrows open()'s mode; a data file must be exactly owner-only (readable and writable by its owner)
-    // whatever the umask.
-    await chmod(tmp, mode);
+    // whatever the umask. A file system that refuses modes (some FUSE mounts: ENOTSUP, EPERM) keeps the save: the
+    // file was created with `mode` already, the chmod only corrects for the umask.
+    await chmod(tmp, mode).catch(() => {});
     await rename(tmp, file);
   } catch (err) {
     // Nothing else ever removes it: each failed save would leave one more beside the file.

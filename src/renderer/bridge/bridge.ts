@@ -1308,6 +1308,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (state === 'open') onOpen();
     else if (state === 'reconnecting') notify(RECONNECTING);
   });
+  // A socket kvdesk refuses (this page's origin, its token) says only that it is reconnecting: why is asked and said
+  // until it opens.
+  let refusal: string | null = null;
+  transport.onRefused?.((message) => {
+    refusal = `kvdesk refuses this page's connection, so nothing here works yet: ${message}`;
+    s().setNotice(refusal, true);
+  });
+  transport.onConnection((state) => {
+    if (state !== 'open' || refusal === null) return;
+    if (s().stickyNotice === refusal) s().setNotice(null, true);
+    refusal = null;
+  });
   // A page kept open while kvdesk was updated runs the old build against the new host: it is said (a notice that
   // stays) until the page is reloaded.
   transport.onOutdated?.(() =>

@@ -35,6 +35,8 @@ export interface Transport {
    * one was sent to it (what waited ended with reason OTHER_FOLDER). Said before the connection is open.
    */
   onOtherFolder?(listener: (change: FolderChange) => void): () => void;
+  /** kvdesk refuses this page's connection (its origin, its token): why, to show (none in Electron). */
+  onRefused?(listener: (message: string) => void): () => void;
   /** The data folder's id the server last said (undefined: none). */
   readonly dataId?: string | undefined;
   readonly state: ConnectionState;
@@ -61,6 +63,7 @@ export function createTransport(): Transport {
     onOutdated: (l) => client.onOutdated(l),
     hello: () => client.hello(),
     onOtherFolder: (l) => client.onOtherFolder(l),
+    onRefused: (l) => client.onRefused(l),
     get dataId() {
       return client.dataId;
     },

@@ -52,6 +52,12 @@ export interface WsClientOptions {
    */
   helloWaitMs?: number;
   setTimer?: (fn: () => void, ms: number) => unknown;
+  /**
+   * Why kvdesk refused a socket that never opened (a browser's WebSocket hears no reason): its message, null when it
+   * refused nothing (it was away, or the socket failed for another reason), undefined when it could not be asked.
+   * By default asked with a POST to the socket's address, which the server checks as it checks the socket.
+   */
+  whyRefused?: () => Promise<string | null | undefined>;
 }
 
 /** The WebSocket client: KvdeskApi plus connection state for the status line. */
@@ -74,6 +80,11 @@ export interface WsClient extends KvdeskApi {
    * change): nothing written for the other one was sent to it. Said at its hello, before the connection is open.
    */
   onOtherFolder(listener: (change: FolderChange) => void): () => void;
+  /**
+   * kvdesk refuses this page's connection (its origin, its token): its reason, readable, said once per run of
+   * refused tries (the page would otherwise only say it is reconnecting).
+   */
+  onRefused(listener: (message: string) => void): () => void;
   readonly state: ConnectionState;
   close(): void;
 }
@@ -202,6 +213,27 @@ const xhrPost: Post = (url, { headers, body, onProgress, signal }) =>
     xhr.send(body);
   });
 
+/**
+ * Asks kvdesk why it refuses the WebSocket at `wsUrl`: a POST there passes the same Host, Origin and token checks
+ * (a browser sends its Origin with a POST), and a refusal answers its reason in JSON (OpenAI's or Ollama's shape).
+ */
+export async function askWhyRefused(wsUrl: string): Promise<string | null | undefined> {
+  let res: Response;
+  try {
+    const u = new URL(wsUrl);
+    u.protocol = u.protocol === 'wss:' ? 'https:' : 'http:';
+    res = await fetch(u.href, { method: 'POST', credentials: 'same-origin', headers: { accept: 'application/json' } });
+  } catch {
+    return undefined;
+  }
+  if (res.status !== 401 && res.status !== 403) return null;
+  const body = (await res.json().catch(() => null)) as { error?: unknown } | null;
+  const error = body?.error;
+  if (typeof error === 'string') return error;
+  const message = (error as { message?: unknown } | undefined)?.message;
+  return typeof message === 'string' ? message : `kvdesk answered HTTP ${res.status}`;
+}
+
 /** The longest wait between two tries to reach kvdesk again (the first ones come sooner). */
 export const RECONNECT_MAX_MS = 1000;
 
@@ -212,6 +244,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
   // a kvdesk that is not there yet costs nothing worth saving).
   const backoff = options.backoffMs ?? ((n: number) => Math.min(RECONNECT_MAX_MS, 250 * 2 ** n));
   const helloWaitMs = options.helloWaitMs ?? 10_000;
+  const whyRefused = options.whyRefused ?? (() => askWhyRefused(options.url));
   const setTimer = options.setTimer ?? ((fn: () => void, ms: number) => setTimeout(fn, ms));
 
   let socket: SocketLike | null = null;
@@ -237,6 +270,9 @@ export function createWsClient(options: WsClientOptions): WsClient {
   const listeners = new Map<HostEventName, Set<(payload: unknown) => void>>();
   const connectionListeners = new Set<(s: ConnectionState) => void>();
   const outdatedListeners = new Set<() => void>();
+  const refusedListeners = new Set<(message: string) => void>();
+  /** Whether kvdesk was asked why since a socket last opened (asked again only where it could not answer). */
+  let refusalAsked = false;
   /** The UI build the server named at this page's first connection (null: none yet). */
   let firstBuild: string | undefined | null = null;
   /** The largest message the server takes, as its last hello said (undefined: not said). */
@@ -356,7 +392,10 @@ export function createWsClient(options: WsClientOptions): WsClient {
     const s = createSocket(options.url);
     socket = s;
     helloHeard = false;
+    let opened = false;
     s.onopen = () => {
+      opened = true;
+      refusalAsked = false;
       attempt = 0;
       // Open once its hello says which data folder its kvdesk keeps (the first message it sends); a kvdesk that
       // says none in time is taken as one that keeps none it can tell.
@@ -407,6 +446,18 @@ export function createWsClient(options: WsClientOptions): WsClient {
       // opens (a generation nobody hears would run to its max tokens; a save would go after the page's own).
       outbox = [];
       if (closed) return;
+      if (!opened && !refusalAsked) {
+        refusalAsked = true;
+        void whyRefused().then(
+          (message) => {
+            if (message === undefined) refusalAsked = false;
+            else if (message !== null && !closed && state !== 'open') for (const l of refusedListeners) l(message);
+          },
+          () => {
+            refusalAsked = false;
+          },
+        );
+      }
       setState('reconnecting');
       setTimer(connect, backoff(attempt++));
     };
@@ -527,6 +578,10 @@ export function createWsClient(options: WsClientOptions): WsClient {
     onOtherFolder(listener) {
       otherFolderListeners.add(listener);
       return () => otherFolderListeners.delete(listener);
+    },
+    onRefused(listener) {
+      refusedListeners.add(listener);
+      return () => refusedListeners.delete(listener);
     },
     hello() {
       if (!socket) return Promise.resolve(null);

@@ -344,7 +344,14 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
     expect(evil.status).toBe(403);
     expect(evil.headers['access-control-allow-origin']).toBeUndefined();
     expect(JSON.parse(evil.body).error.message).toMatch(/--allow-origin http:\/\/evil\.example/);
-    for (const where of ['/v1/kvdesk/budget', '/api/pull', '/api/delete', '/api/models/upload', '/metrics', '/']) {
+    for (const where of [
+      '/v1/kvdesk/budget',
+      '/api/pull',
+      '/api/delete',
+      '/api/models/upload',
+      '/metrics',
+      '/health',
+    ]) {
       const r = await rawRequest(t.url, {
         path: where,
         headers: { host: host(), origin: APP, authorization: `Bearer ${TOKEN}` },
@@ -352,6 +359,14 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
       expect(r.status, where).toBe(403);
       expect(r.headers['access-control-allow-origin'], where).toBeUndefined();
     }
+    // The UI's files are what any client with the token gets: not refused for their Origin, and no CORS header lets
+    // another site's page read them.
+    const ui = await rawRequest(t.url, {
+      path: '/',
+      headers: { host: host(), origin: APP, authorization: `Bearer ${TOKEN}` },
+    });
+    expect(ui.status).not.toBe(403);
+    expect(ui.headers['access-control-allow-origin']).toBeUndefined();
     const ws = `${t.url.replace('http', 'ws')}/ws?token=${TOKEN}`;
     expect(await wsStatus(ws, { origin: APP })).toBe(403);
     // A rebinding Host is refused before any origin is looked at.
@@ -476,6 +491,60 @@ describe('a page of any origin (--allow-origin *) is answered without the folder
     expect(lines.status).toBe(200);
     expect(JSON.parse(lines.body.trim().split('\n').at(-1) as string)).toMatchObject({ done: true });
   });
+
+  it("never rewrites what the model writes: a path its schema requires (a tool call, a response format, Ollama's) goes as it is", async () => {
+    // A path in a folder kvdesk hides from this page: the model is made to write it, and the page must get it.
+    const file = path.join(t.dataDir, 'notes.txt');
+    const schema = {
+      type: 'object',
+      properties: { path: { const: file } },
+      required: ['path'],
+      additionalProperties: false,
+    };
+    const post = (p: string, body: object) =>
+      rawRequest(t.url, {
+        method: 'POST',
+        path: p,
+        headers: { host: `127.0.0.1:${t.server.port}`, 'content-type': 'application/json', origin: EVIL },
+        body: JSON.stringify(body),
+      });
+    const ask = { model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 200, temperature: 0 };
+    const format = {
+      ...ask,
+      response_format: { type: 'json_schema', json_schema: { name: 'p', schema, strict: true } },
+    };
+    const answered = await post('/v1/chat/completions', format);
+    expect(answered.status, answered.body).toBe(200);
+    expect(answered.headers['access-control-allow-origin']).toBe(EVIL);
+    // An answer kvdesk writes whole keeps its length.
+    expect(answered.headers['content-length']).toBe(String(Buffer.byteLength(answered.body)));
+    expect(JSON.parse(JSON.parse(answered.body).choices[0].message.content)).toEqual({ path: file });
+    const tool = await post('/v1/chat/completions', {
+      ...ask,
+      tools: [{ type: 'function', function: { name: 'read_file', parameters: schema, strict: true } }],
+      tool_choice: { type: 'function', function: { name: 'read_file' } },
+    });
+    expect(tool.status, tool.body).toBe(200);
+    const call = JSON.parse(tool.body).choices[0].message.tool_calls[0];
+    expect(JSON.parse(call.function.arguments)).toEqual({ path: file });
+    // Streamed, however its chunks split the path.
+    const streamed = await post('/v1/chat/completions', { ...format, stream: true });
+    const text = streamed.body
+      .split('\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.content ?? '')
+      .join('');
+    expect(JSON.parse(text)).toEqual({ path: file });
+    const ollama = await post('/api/generate', {
+      model: 'default',
+      prompt: 'hi',
+      format: schema,
+      stream: false,
+      options: { num_predict: 200, temperature: 0 },
+    });
+    expect(ollama.status, ollama.body).toBe(200);
+    expect(JSON.parse(JSON.parse(ollama.body).response)).toEqual({ path: file });
+  });
 });
 
 describe('a name given with --allow-host and no port', () => {
@@ -506,6 +575,68 @@ describe('a name given with --allow-host and no port', () => {
     // The bare name stays a Host it answers to (a proxy's, a browser's on a default port).
     const bare = await rawRequest(t.url, { path: '/health', headers: { host: 'box.local', cookie } });
     expect(bare.status).not.toBe(403);
+  });
+});
+
+describe('a reverse proxy on port 80 of a name given with --allow-host and no port', () => {
+  const TOKEN = 'proxy-secret';
+  let t: TestServer;
+  let staticDir: string;
+  beforeAll(async () => {
+    staticDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-static-'));
+    await mkdir(path.join(staticDir, 'assets'));
+    await writeFile(path.join(staticDir, 'index.html'), '<!doctype html><title>kvdesk ui</title>');
+    await writeFile(path.join(staticDir, 'assets/index-abc.js'), 'console.log(1)');
+    await writeFile(path.join(staticDir, 'assets/index-abc.css'), 'body{}');
+    t = await startTestServer({}, { loadDefault: false, staticDir, token: TOKEN, allowedHosts: ['proxy.example'] });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await rm(staticDir, { recursive: true, force: true });
+  });
+
+  it("serves the UI's files to its page (a module script goes with an Origin); the WebSocket and the APIs stay its own origins'", async () => {
+    const cookie = `kvdesk_token_${t.server.port}=${TOKEN}`;
+    const page = { host: 'proxy.example', origin: 'http://proxy.example', cookie };
+    for (const [p, text] of [
+      ['/assets/index-abc.js', 'console.log(1)'],
+      ['/assets/index-abc.css', 'body{}'],
+      ['/', 'kvdesk ui'],
+    ] as const) {
+      const r = await rawRequest(t.url, { path: p, headers: page });
+      expect(r.status, p).toBe(200);
+      expect(r.body, p).toContain(text);
+      expect(r.headers['content-length'], p).toBe(String(Buffer.byteLength(r.body)));
+    }
+    // The token is still asked for them.
+    const noCookie = await rawRequest(t.url, { path: '/assets/index-abc.js', headers: { ...page, cookie: '' } });
+    expect(noCookie.status).toBe(401);
+    // Nothing else: the WebSocket, reading routes, changing ones.
+    const ws = `${t.url.replace('http', 'ws')}/ws`;
+    expect(await wsStatus(ws, page)).toBe(403);
+    // The page hears no reason from a refused WebSocket: it asks with a POST there, answered why (the UI shows it).
+    const why = await rawRequest(t.url, { method: 'POST', path: '/ws', headers: page });
+    expect(why.status).toBe(403);
+    expect(JSON.parse(why.body).error.message).toContain('start kvdesk serve with --allow-host proxy.example:80');
+    const own = { host: `127.0.0.1:${t.server.port}`, origin: `http://127.0.0.1:${t.server.port}`, cookie };
+    expect((await rawRequest(t.url, { method: 'POST', path: '/ws', headers: own })).status).toBe(405);
+    for (const [method, p] of [
+      ['GET', '/v1/kvdesk/budget'],
+      ['GET', '/health'],
+      ['GET', '/metrics'],
+      ['GET', '/v1/models'],
+      ['POST', '/assets/index-abc.js'],
+      ['DELETE', '/api/delete'],
+    ] as const) {
+      const r = await rawRequest(t.url, {
+        method,
+        path: p,
+        headers: page,
+        ...(method === 'GET' ? {} : { body: '{}' }),
+      });
+      expect(r.status, `${method} ${p}`).toBe(403);
+      expect(r.body, p).toMatch(/origin_not_allowed|is not this server's UI/);
+    }
   });
 });
 

@@ -711,6 +711,13 @@ describe('serve (in-process)', () => {
     try {
       const url = (/kvdesk serving (\S+)/.exec(server.out()) as RegExpExecArray)[1] as string;
       const port = new URL(url).port;
+      // Each name given without a port is said at start: the UI through it on 80 or 443 needs the port given.
+      expect(server.err()).toContain(
+        'kvdesk: --allow-host host.docker.internal, --allow-host nas.lan, --allow-host box.local names no port: the UI opened through it on port 80 or 443',
+      );
+      expect(server.err()).toContain(
+        'give --allow-host host.docker.internal:80, --allow-host nas.lan:80, --allow-host box.local:80 (or :443 for https) instead',
+      );
       // A name given is taken with the server's port and without (a proxy on 80 or 443 sends none); one given with
       // 443 also bare (https://proxy.example/ sends "proxy.example").
       for (const host of [

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   addressWithoutToken,
   createWsClient,
@@ -244,6 +244,61 @@ describe('WebSocket client', () => {
     expect(last().sent).toEqual([{ t: 'invoke', id: 2, name: 'listModels', request: {} }]);
     last().receive({ t: 'result', id: 2, result: { ok: true, value: [] } });
     expect((await again).ok).toBe(true);
+  });
+
+  it("says why kvdesk refuses a socket (a browser's WebSocket hears no reason): asked with a POST, once per run of refusals", async () => {
+    const REASON = 'Origin "http://proxy.example" is not this server\'s UI';
+    const asked: string[] = [];
+    let answer: () => Response = () =>
+      new Response(JSON.stringify({ error: { message: REASON, code: 'origin_not_allowed' } }), { status: 403 });
+    vi.stubGlobal('fetch', async (url: string, init?: RequestInit) => {
+      asked.push(`${init?.method} ${url}`);
+      return answer();
+    });
+    try {
+      const { client, timers, last } = setup();
+      const refused: string[] = [];
+      client.onRefused((m) => refused.push(m));
+      // Closed before it opened: kvdesk is asked why, at the socket's address.
+      last().close();
+      await vi.waitFor(() => expect(refused).toEqual([REASON]));
+      expect(asked).toEqual(['POST http://127.0.0.1:1/ws']);
+      // Refused again: said already, not asked again.
+      timers.shift()?.fn();
+      last().close();
+      await new Promise((r) => setTimeout(r, 5));
+      expect(asked).toHaveLength(1);
+      // Open, then closed: no refusal (kvdesk went away), nothing asked.
+      timers.shift()?.fn();
+      last().ready();
+      last().close();
+      await new Promise((r) => setTimeout(r, 5));
+      expect(asked).toHaveLength(1);
+      // Away (no answer): asked again at the next try; Ollama's shape of the reason is read too.
+      answer = () => {
+        throw new TypeError('fetch failed');
+      };
+      timers.shift()?.fn();
+      last().close();
+      expect(asked).toHaveLength(2);
+      await new Promise((r) => setTimeout(r, 5));
+      answer = () => new Response(JSON.stringify({ error: 'This server requires its access token' }), { status: 401 });
+      timers.shift()?.fn();
+      last().close();
+      await vi.waitFor(() => expect(refused).toEqual([REASON, 'This server requires its access token']));
+      // An answer that refuses nothing (405: the socket failed for another reason) says nothing.
+      answer = () => new Response('{}', { status: 405 });
+      timers.shift()?.fn();
+      last().ready();
+      last().close();
+      timers.shift()?.fn();
+      last().close();
+      await vi.waitFor(() => expect(asked).toHaveLength(4));
+      await new Promise((r) => setTimeout(r, 5));
+      expect(refused).toHaveLength(2);
+    } finally {
+      vi.unstubAllGlobals();
+    }
   });
 
   it('tries again after 250 ms, then sooner than a second each time while kvdesk is away; back, it starts over', () => {

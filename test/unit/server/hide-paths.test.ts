@@ -21,6 +21,12 @@ describe('hideFolders', () => {
     expect(hideFolders('(/home/ann/x)', folders)).toBe('(~/x)');
     // A longer name that starts the same is another folder.
     expect(hideFolders('/home/anna/x and /home/ann.old', folders)).toBe('/home/anna/x and /home/ann.old');
+    // In any script: a letter or digit past the ASCII ones continues the name too.
+    expect(hideFolders('/home/annö/x /home/ann٣/y /home/annа/z', folders)).toBe(
+      '/home/annö/x /home/ann٣/y /home/annа/z',
+    );
+    expect(hideFolders('ö/home/ann/x', folders)).toBe('ö/home/ann/x');
+    expect(hideFolders('«/home/ann/x»', folders)).toBe('«~/x»');
   });
 
   it('in JSON too, the stand-in written as JSON writes it', () => {

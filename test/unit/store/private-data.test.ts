@@ -3,10 +3,10 @@
  * files 0600 whatever the umask, tightens a data folder of its own that an earlier kvdesk left open to other users,
  * and only says so of a folder that holds other things too. POSIX modes: not run on Windows.
  */
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { prepareDataDir } from '../../../src/main/host/model-library';
 import { dataFolderId } from '../../../src/main/store/data-id';
 import { withFileLock } from '../../../src/main/store/file-lock';
@@ -15,6 +15,16 @@ import { ThreadStore } from '../../../src/main/store/thread-store';
 import { writeAtomic } from '../../../src/main/store/write-atomic';
 
 const mode = (p: string) => statSync(p).mode & 0o777;
+
+/** When set, chmod succeeds and changes nothing, as on a file system that keeps no modes (vfat, exFAT, drvfs). */
+const chmodIgnored = vi.hoisted(() => ({ on: false }));
+vi.mock('node:fs/promises', async (importOriginal) => {
+  const fs = await importOriginal<typeof import('node:fs/promises')>();
+  return {
+    ...fs,
+    chmod: async (...args: Parameters<typeof fs.chmod>) => (chmodIgnored.on ? undefined : fs.chmod(...args)),
+  };
+});
 
 let base: string;
 let umask: number;
@@ -119,6 +129,51 @@ describe.skipIf(process.platform === 'win32')('a data folder is yours only', () 
     await tightenDataDir(open, (l) => log.push(l), 'win32');
     expect(mode(open).toString(8)).toBe('755');
     expect(mode(path.join(open, 'settings.json')).toString(8)).toBe('644');
+    expect(log).toEqual([]);
+  });
+
+  it("the desktop window's files (Chromium's: drafts, cookies, caches) and a file manager's are the folder's own: it is closed, they too", async () => {
+    const dir = path.join(base, 'dot-kvdesk');
+    mkdirSync(dir, { mode: 0o755 });
+    chmodSync(dir, 0o755);
+    writeFileSync(path.join(dir, 'settings.json'), '{}', { mode: 0o644 });
+    for (const d of ['Local Storage', 'Cache', 'Code Cache', 'GPUCache', 'IndexedDB', 'Session Storage'])
+      mkdirSync(path.join(dir, d), { mode: 0o755 });
+    for (const f of ['Preferences', 'Local State', 'Cookies', 'Cookies-journal', '.DS_Store', 'Thumbs.db'])
+      writeFileSync(path.join(dir, f), 'x', { mode: 0o644 });
+    // Chromium's lock is a link (to the host name and its process id): left as it is.
+    symlinkSync('box-1234', path.join(dir, 'SingletonLock'));
+    const log: string[] = [];
+    await prepareDataDir(dir, (l) => log.push(l));
+    expect(mode(dir).toString(8)).toBe('700');
+    for (const d of ['Local Storage', 'Cache', 'IndexedDB']) expect(mode(path.join(dir, d)).toString(8), d).toBe('700');
+    for (const f of ['Preferences', 'Cookies', 'settings.json'])
+      expect(mode(path.join(dir, f)).toString(8), f).toBe('600');
+    expect(lstatSync(path.join(dir, 'SingletonLock')).isSymbolicLink()).toBe(true);
+    expect(log).toEqual([
+      `kvdesk: the data folder ${dir} could be read by other users of this computer (mode 0755); it holds only kvdesk's data, so it is now yours only (0700), as kvdesk makes it`,
+    ]);
+    await prepareDataDir(dir, (l) => log.push(l));
+    expect(log).toHaveLength(1);
+  });
+
+  it('on a file system that keeps no modes (chmod succeeds, changes nothing) nothing is said, at any start', async () => {
+    const only = path.join(base, 'vfat-only');
+    const mixed = path.join(base, 'vfat-mixed');
+    for (const dir of [only, mixed]) {
+      mkdirSync(path.join(dir, 'threads'), { recursive: true, mode: 0o755 });
+      chmodSync(dir, 0o755);
+      writeFileSync(path.join(dir, 'settings.json'), '{}', { mode: 0o644 });
+    }
+    writeFileSync(path.join(mixed, 'notes.txt'), 'mine', { mode: 0o644 });
+    const log: string[] = [];
+    chmodIgnored.on = true;
+    try {
+      for (const dir of [only, mixed, only, mixed]) await tightenDataDir(dir, (l) => log.push(l));
+    } finally {
+      chmodIgnored.on = false;
+    }
+    expect(mode(only).toString(8)).toBe('755');
     expect(log).toEqual([]);
   });
 });
