@@ -566,6 +566,42 @@ test('the chat list is one Tab stop: arrows move in it, its pin, rename and dele
   await expect(app.locator('#chat-list [data-testid="thread-item"]')).toHaveCount(others - 1);
 });
 
+test("from 901 to 1240 px the middle of a chat's row opens it: its buttons, shown on hover, lie over its end", async ({
+  app,
+}) => {
+  const ids: string[] = [];
+  for (let i = 0; i < 2; i++) {
+    ids.push(await newChat(app));
+    await setSettings(app, { maxNewTokens: 4 + i });
+  }
+  await app.setViewportSize({ width: 1100, height: 700 });
+  const row = app.locator(`#chat-list [data-thread-id="${ids[0]}"]`);
+  const b = await box(row);
+  await app.mouse.move(b.x + b.width / 2, b.y + b.height / 2);
+  await expect(row.getByTestId('thread-pin')).toBeVisible();
+  // What the pointer is over there, the buttons shown: the title.
+  const under = await app.evaluate(
+    ([x, y]) =>
+      (
+        globalThis as unknown as {
+          document: {
+            elementFromPoint(
+              x: number,
+              y: number,
+            ): { closest(s: string): { dataset: { testid?: string } } | null } | null;
+          };
+        }
+      ).document
+        .elementFromPoint(x as number, y as number)
+        ?.closest('button')?.dataset.testid,
+    [b.x + b.width / 2, b.y + b.height / 2],
+  );
+  expect(under).toBe('thread-title');
+  await app.mouse.click(b.x + b.width / 2, b.y + b.height / 2);
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', ids[0] as string);
+  await expect(row).toHaveAttribute('data-pinned', 'false');
+});
+
 /** An element's computed opacity. */
 function opacity(locator: Locator): Promise<string> {
   return locator.evaluate(
