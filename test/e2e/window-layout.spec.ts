@@ -333,6 +333,20 @@ test('at 320 px (a phone, or 200 % zoom) the header wraps: every control and the
     if (Math.abs(figures.y - theme.y) < theme.height)
       expect(figures.x + figures.width <= theme.x || figures.x >= theme.x + theme.width, `${width} px`).toBe(true);
   }
+  // Still at 761 px: a budget whose bar shows sixty chats' held KV (each drawn at least 3 px wide) keeps the header
+  // one line inside the window; its bar cuts what it cannot show (its figures say the total).
+  await app.getByTestId('budget-bar').evaluate((bar) => {
+    const doc = (globalThis as unknown as { document: { createElement(t: string): { className: string } } }).document;
+    const el = bar as unknown as { append(...n: unknown[]): void };
+    el.append(...Array.from({ length: 60 }, () => Object.assign(doc.createElement('span'), { className: 'seg held' })));
+  });
+  expect(
+    await app.evaluate(
+      () =>
+        (globalThis as unknown as { document: { documentElement: { scrollWidth: number } } }).document.documentElement
+          .scrollWidth,
+    ),
+  ).toBe(761);
 });
 
 test('the message box grows with wrapped text up to a limit, and shows its whole placeholder', async ({ app }) => {
