@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
 import { withoutFolders } from './hide-paths';
-import { BYTES_PER_VALUE, countJsonValues, grouped, MAX_JSON_DEPTH } from './json-guard';
+import { BYTES_PER_VALUE, countJsonValues, grouped } from './json-guard';
 
 /** Headers on every API answer: nothing is cacheable, nothing is sniffed. */
 export const API_HEADERS: Readonly<Record<string, string>> = {
@@ -497,7 +497,7 @@ export function parseJson(body: Buffer, maxValues: number, raise?: string): unkn
   if (countJsonValues(body, maxValues) > maxValues) {
     const err = httpError(
       413,
-      `The request body holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them), or nests them more than ${grouped(MAX_JSON_DEPTH)} deep; kvdesk reads at most ${grouped(maxValues)} in one body (one per ${BYTES_PER_VALUE} bytes of the body size limit, and at least a million). Send fewer${raise ? `, or ${raise}, which raises this limit with it` : ''}.`,
+      `The request body holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them); kvdesk reads at most ${grouped(maxValues)} in one body (one per ${BYTES_PER_VALUE} bytes of the body size limit, and at least a million). Send fewer${raise ? `, or ${raise}, which raises this limit with it` : ''}.`,
       'payload_too_large',
     );
     err.body.error.limit_values = maxValues;

@@ -16,7 +16,7 @@ import { type RawData, type WebSocket, WebSocketServer } from 'ws';
 import { type CallName, CallSchemas, type HostEventName, type WsServerMessage } from '../../shared/api';
 import type { Result } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { countJsonValues, grouped, MAX_JSON_DEPTH, maxJsonValuesFor, UI_BYTES_PER_VALUE } from './json-guard';
+import { countJsonValues, grouped, maxJsonValuesFor, UI_BYTES_PER_VALUE } from './json-guard';
 
 /** Budget snapshots are dropped (latest wins anyway) for a socket with this much unsent. */
 const SLOW_SOCKET_BYTES = 4 * 1024 * 1024;
@@ -191,7 +191,7 @@ export function createWsTransport(
      * `{"t":"invoke","id":7,…`) gets its answer, an error naming the limit; anything else closes the socket.
      */
     const refuseUnread = (text: Buffer) => {
-      const message = `This message holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them), or nests them more than ${grouped(MAX_JSON_DEPTH)} deep; kvdesk reads at most ${grouped(maxValues)} in one message (one per ${UI_BYTES_PER_VALUE} bytes of the message size limit, and at least a million). Send less, or start kvdesk serve with a larger --max-message, which raises this limit with it.`;
+      const message = `This message holds more than ${grouped(maxValues)} JSON values (objects, arrays and the items in them); kvdesk reads at most ${grouped(maxValues)} in one message (one per ${UI_BYTES_PER_VALUE} bytes of the message size limit, and at least a million). Send less, or start kvdesk serve with a larger --max-message, which raises this limit with it.`;
       const error = { code: 'BAD_REQUEST' as const, message, detail: { reason: 'too-many-values', limit: maxValues } };
       const head = text.subarray(0, 512).toString('utf8');
       const invoke = /^\{"t":"invoke","id":(\d{1,15})[,}]/.exec(head);
