@@ -110,6 +110,8 @@ export async function tightenDataDir(
   dir: string,
   log: (line: string) => void,
   platform: NodeJS.Platform = process.platform,
+  /** The file system's chmod (a test's stands for one that keeps no modes). */
+  setMode: (file: string, mode: number) => Promise<void> = chmod,
 ): Promise<void> {
   if (platform === 'win32') return;
   const folder = await stat(dir).catch(() => null);
@@ -124,7 +126,7 @@ export async function tightenDataDir(
     const s = await lstat(at).catch(() => null);
     // A link is the person's (and Chromium's Singleton* are links): what it points at is not changed.
     if (s === null || s.isSymbolicLink() || (s.mode & 0o077) === 0) continue;
-    const changed = await chmod(at, s.isDirectory() ? PRIVATE_DIR_MODE : PRIVATE_FILE_MODE).then(
+    const changed = await setMode(at, s.isDirectory() ? PRIVATE_DIR_MODE : PRIVATE_FILE_MODE).then(
       () => true,
       () => false,
     );
@@ -134,7 +136,7 @@ export async function tightenDataDir(
   if ((folder.mode & 0o077) === 0 || keepsNoModes) return;
   const others = names.filter((n) => !kvdeskMakes(n));
   if (others.length === 0) {
-    await chmod(dir, PRIVATE_DIR_MODE).catch(() => {});
+    await setMode(dir, PRIVATE_DIR_MODE).catch(() => {});
     // Said only where it is so: a file system may take the chmod and keep no modes.
     const after = await stat(dir).catch(() => folder);
     if ((after.mode & 0o077) !== 0) return;

@@ -13,7 +13,12 @@ let tmpSeq = 0;
  * that fails leaves no temp file behind. The file is owner-only (0600; a file that was open to others before is
  * replaced by one that is not) unless `mode` says otherwise, set exactly before it appears under its name.
  */
-export async function writeAtomic(file: string, data: string, opts: { mode?: number } = {}): Promise<void> {
+export async function writeAtomic(
+  file: string,
+  data: string,
+  /** `setMode`: the file system's chmod (a test's stands for one that refuses it). */
+  opts: { mode?: number; setMode?: (file: string, mode: number) => Promise<void> } = {},
+): Promise<void> {
   await mkdir(path.dirname(file), { recursive: true, mode: PRIVATE_DIR_MODE });
   // Unique per write: two saves in the same millisecond must not share a temp file.
   const tmp = `${file}.${process.pid}.${Date.now()}.${++tmpSeq}.tmp`;
@@ -30,7 +35,7 @@ export async function writeAtomic(file: string, data: string, opts: { mode?: num
     // The umask narrows open()'s mode; a data file must be exactly owner-only (readable and writable by its owner)
     // whatever the umask. A file system that refuses modes (some FUSE mounts: ENOTSUP, EPERM) keeps the save: the
     // file was created with `mode` already, the chmod only corrects for the umask.
-    await chmod(tmp, mode).catch(() => {});
+    await (opts.setMode ?? chmod)(tmp, mode).catch(() => {});
     await rename(tmp, file);
   } catch (err) {
     // Nothing else ever removes it: each failed save would leave one more beside the file.

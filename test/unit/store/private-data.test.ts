@@ -16,16 +16,6 @@ import { writeAtomic } from '../../../src/main/store/write-atomic';
 
 const mode = (p: string) => statSync(p).mode & 0o777;
 
-/** When set, chmod succeeds and changes nothing, as on a file system that keeps no modes (vfat, exFAT, drvfs). */
-const chmodIgnored = vi.hoisted(() => ({ on: false }));
-vi.mock('node:fs/promises', async (importOriginal) => {
-  const fs = await importOriginal<typeof import('node:fs/promises')>();
-  return {
-    ...fs,
-    chmod: async (...args: Parameters<typeof fs.chmod>) => (chmodIgnored.on ? undefined : fs.chmod(...args)),
-  };
-});
-
 let base: string;
 let umask: number;
 beforeEach(() => {
@@ -167,11 +157,10 @@ describe.skipIf(process.platform === 'win32')('a data folder is yours only', () 
     }
     writeFileSync(path.join(mixed, 'notes.txt'), 'mine', { mode: 0o644 });
     const log: string[] = [];
-    chmodIgnored.on = true;
-    try {
-      for (const dir of [only, mixed, only, mixed]) await tightenDataDir(dir, (l) => log.push(l));
-    } finally {
-      chmodIgnored.on = false;
+    // A chmod that succeeds and changes nothing, as on a file system that keeps no modes (vfat, exFAT, drvfs).
+    const keepsNoModes = async () => {};
+    for (const dir of [only, mixed, only, mixed]) {
+      await tightenDataDir(dir, (l) => log.push(l), process.platform, keepsNoModes);
     }
     expect(mode(only).toString(8)).toBe('755');
     expect(log).toEqual([]);

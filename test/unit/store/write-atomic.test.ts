@@ -18,22 +18,6 @@ import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { writeAtomic } from '../../../src/main/store/write-atomic';
 
-/** When set, chmod fails as a file system that keeps no modes refuses it (some FUSE mounts). */
-const chmodRefused = vi.hoisted(() => ({ code: null as string | null }));
-vi.mock('node:fs/promises', async (importOriginal) => {
-  const fs = await importOriginal<typeof import('node:fs/promises')>();
-  return {
-    ...fs,
-    chmod: async (...args: Parameters<typeof fs.chmod>) => {
-      if (chmodRefused.code !== null)
-        throw Object.assign(new Error(`${chmodRefused.code}: operation not supported, chmod '${args[0]}'`), {
-          code: chmodRefused.code,
-        });
-      return fs.chmod(...args);
-    },
-  };
-});
-
 const dirs: string[] = [];
 afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
@@ -110,12 +94,11 @@ describe('writeAtomic', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-atomic-'));
     dirs.push(dir);
     for (const code of ['ENOTSUP', 'EPERM']) {
-      chmodRefused.code = code;
-      try {
-        await writeAtomic(path.join(dir, 'library.json'), `{"code":"${code}"}`);
-      } finally {
-        chmodRefused.code = null;
-      }
+      // A chmod that fails as a file system that keeps no modes refuses it (some FUSE mounts).
+      const refused = async (file: string) => {
+        throw Object.assign(new Error(`${code}: operation not supported, chmod '${file}'`), { code });
+      };
+      await writeAtomic(path.join(dir, 'library.json'), `{"code":"${code}"}`, { setMode: refused });
       expect(readFileSync(path.join(dir, 'library.json'), 'utf8')).toBe(`{"code":"${code}"}`);
       expect(readdirSync(dir)).toEqual(['library.json']);
     }
