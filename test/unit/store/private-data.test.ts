@@ -6,7 +6,7 @@
 import { chmodSync, lstatSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { prepareDataDir } from '../../../src/main/host/model-library';
 import { dataFolderId } from '../../../src/main/store/data-id';
 import { withFileLock } from '../../../src/main/store/file-lock';
