@@ -74,8 +74,7 @@ test('a reply taller than the window keeps its end in view; scrolled up, the lis
 }) => {
   // Its waits are for text the slow model writes: ~60 tokens a second on a loaded machine (the reply has 1 900).
   test.setTimeout(150_000);
-  // A short window, so that the reply outgrows the list early (not narrower: under 1240 px the chat list narrows and
-  // a click on a row lands on its buttons).
+  // A short window, so that the reply outgrows the list early.
   await app.setViewportSize({ width: 1400, height: 500 });
   await longReplyOnSlow(app);
   const reply = lastReply(app);
