@@ -101,6 +101,9 @@ test('the header: the backend picker opens on an arrow, the hidden transport is 
   await expect(app.getByTestId('model-backend')).toHaveValue('cpu');
   await expect(app.getByTestId('transport')).toHaveAttribute('aria-hidden', 'true');
   await expect(app.getByTestId('chat-input')).toHaveAccessibleName('Message');
+  // The box's region has a name of its own: a screen reader entering it does not hear "Message" twice.
+  await expect(app.getByRole('region', { name: 'Compose', exact: true })).toBeVisible();
+  await expect(app.getByRole('region', { name: 'Message', exact: true })).toHaveCount(0);
 });
 
 test("the chat list: rows name their chat, a search's count is said, deleting its only chat keeps the focus", async ({

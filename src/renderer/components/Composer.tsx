@@ -354,7 +354,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
   return (
     <section
       className="composer"
-      aria-label="Message"
+      aria-label="Compose"
       // Files dropped on the message box are attached to the message (a folder anywhere else is a model package).
       onDragOver={(e) => {
         if (Array.from(e.dataTransfer.items).some((i) => i.kind === 'file')) e.preventDefault();
