@@ -69,6 +69,28 @@ test('a reply streams in, shows its stats, and Stop ends it', async ({ app }) =>
   await expect.poll(async () => (await apiSnapshot(slow)).reservedBytes).toBe(0);
 });
 
+test('a reply ending in a chat other than the open one is said with its chat, by the window’s announcer', async ({
+  app,
+}) => {
+  const id = await longReplyOnSlow(app);
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  const running = (await apiSnapshot(slow)).running;
+  expect(running).toHaveLength(1);
+  // Another chat opened: the first one's row says it replies, and only a sighted person sees its dot go.
+  await newChat(app);
+  const row = app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+  await expect(row.getByRole('img', { name: 'replying' })).toBeVisible();
+  const title = (await row.getAttribute('title')) ?? '';
+  expect(title).not.toBe('');
+  const announcer = app.getByTestId('announcer');
+  await expect(announcer).toHaveText('');
+  expect((await wsCall(slow, 'cancel', { requestId: running[0]?.id })).value).toEqual({ cancelled: true });
+  await expect(row.getByRole('img', { name: 'replying' })).toHaveCount(0);
+  await expect(announcer).toHaveText(new RegExp(`^In “${title}”: Reply stopped after [\\d,]+ tokens\\.$`));
+  // The open chat's own announcer says nothing of it.
+  await expect(app.getByTestId('reply-announcer')).toHaveText('');
+});
+
 test('a reply taller than the window keeps its end in view; scrolled up, the list stays put until the button brings it back', async ({
   app,
 }) => {

@@ -3,7 +3,7 @@ import { useEffect, useRef, useState } from 'react';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { installFocusRescue } from '../lib/focus-rescue';
 import { captureDrop } from '../lib/folder-drop';
-import { Announcer } from './Announcer';
+import { Announcer, useElsewhereReplies } from './Announcer';
 import { ChatView } from './ChatView';
 import { ATTACH_EVENT, CHAT_INPUT_ID } from './Composer';
 import {
@@ -264,6 +264,7 @@ export function App() {
   const dragging = useWindowDrop();
   useShortcuts();
   useTheme();
+  useElsewhereReplies();
   // A control that goes away under the keyboard's focus hands it to its part of the window.
   useEffect(() => installFocusRescue(document), []);
   return (

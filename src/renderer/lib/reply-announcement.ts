@@ -3,6 +3,7 @@
  * sent, queued, replying, and how it ended. A refusal is said by its own alert, so it is not said twice here.
  */
 import type { StoredMessage } from '../../shared/api';
+import { UNTITLED } from '../store/chat-slice';
 import { formatInteger } from './format';
 import { cutByBudgetCap, interruptedCause } from './reply-notes';
 
@@ -31,4 +32,17 @@ export function replyAnnouncement({ phase, last }: ReplyState): string {
     return `Reply interrupted${tokens ? ` after ${tokens}` : ''}: ${interruptedCause(s.interruptedBy)}.`;
   }
   return `Reply done${tokens ? `: ${tokens}` : ''}${capped}.`;
+}
+
+/**
+ * What a screen reader is told when a reply ends in a chat that is not the open one (the chat list's "replying" dot
+ * goes, with nothing where the focus is): the chat by its title, and how the reply ended. `last` is that chat's last
+ * message, if the page holds its messages.
+ */
+export function elsewhereAnnouncement(title: string, last: StoredMessage | undefined): string {
+  const chat = `“${title || UNTITLED}”`;
+  const error = last?.role === 'assistant' ? last.stats?.error : undefined;
+  if (error) return `The reply in ${chat} failed: ${error.message}`;
+  const ended = replyAnnouncement(last ? { last } : {});
+  return ended ? `In ${chat}: ${ended}` : `The reply in ${chat} ended.`;
 }

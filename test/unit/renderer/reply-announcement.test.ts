@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { replyAnnouncement } from '../../../src/renderer/lib/reply-announcement';
+import { elsewhereAnnouncement, replyAnnouncement } from '../../../src/renderer/lib/reply-announcement';
 import type { StoredMessage } from '../../../src/shared/api';
 
 const reply = (stats: StoredMessage['stats']): StoredMessage =>
@@ -46,5 +46,22 @@ describe('what a screen reader is told of a reply', () => {
     expect(replyAnnouncement({ last: reply({ error: { code: 'KV_BUDGET_EXCEEDED', message: 'x' } }) })).toBe('');
     expect(replyAnnouncement({ last: { ...reply({}), role: 'user' } as StoredMessage })).toBe('');
     expect(replyAnnouncement({})).toBe('');
+  });
+
+  it('a reply ending in another chat: said with the chat, a refusal too (no alert is shown there)', () => {
+    expect(elsewhereAnnouncement('Trip plan', reply({ tokens: 12, finishReason: 'eos' }))).toBe(
+      'In “Trip plan”: Reply done: 12 tokens.',
+    );
+    expect(elsewhereAnnouncement('Trip plan', reply({ tokens: 4, finishReason: 'cancelled' }))).toBe(
+      'In “Trip plan”: Reply stopped after 4 tokens.',
+    );
+    expect(
+      elsewhereAnnouncement(
+        'Trip plan',
+        reply({ error: { code: 'KV_BUDGET_EXCEEDED', message: 'the budget is full' } }),
+      ),
+    ).toBe('The reply in “Trip plan” failed: the budget is full');
+    // Its messages not on the page (a chat listed only): how it ended is not known here.
+    expect(elsewhereAnnouncement('', undefined)).toBe('The reply in “New chat” ended.');
   });
 });
