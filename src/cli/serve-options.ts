@@ -41,4 +41,5 @@ export const SERVE_OPTIONS = {
   lookup: { type: 'string' },
   'prompt-cache': { type: 'string' },
   'first-use-ttl': { type: 'string' },
+  'log-requests': { type: 'boolean' },
 } as const;

@@ -73,6 +73,8 @@ serve options:
   --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)
   --first-use-ttl TIME     how long a library model that a request loaded stays loaded without requests
                            (default 60m; e.g. 90s, 2h, or never); Ollama's keep_alive sets it per request
+  --log-requests           a line on stderr for each HTTP request once answered: time, client address, method
+                           and path (no query), status, duration, kvdesk's request id and the client's x-request-id
   Model downloads (Models view, /api/pull) read $HF_TOKEN (gated models) and $HF_ENDPOINT (a mirror of the hub)`;
 
 const REPO_ROOT = path.resolve(__dirname, '../..');
@@ -324,6 +326,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
         json: 'start kvdesk serve with a larger --max-body (e.g. --max-body 64MiB)',
         upload: 'start kvdesk serve with a larger --max-upload',
       },
+      ...(values['log-requests'] === true ? { requestLog: (line: string) => io.err(`${line}\n`) } : {}),
     });
     io.out(`kvdesk serving ${server.url}\n`);
     const ownUi = staticDir !== undefined;

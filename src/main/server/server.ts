@@ -42,6 +42,7 @@ import {
   servePull,
 } from './ollama-routes';
 import { liveGenerations, serveCompletion } from './openai-routes';
+import { requestLogLine } from './request-log';
 import { serveResponse } from './responses-routes';
 import {
   type AccessPolicy,
@@ -101,6 +102,8 @@ export interface ServerOptions {
   idleTimeoutMs?: number;
   /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
   raiseLimits?: { json: string; upload: string };
+  /** Given: each HTTP request's line (request-log.ts) once it is answered or its client went away. */
+  requestLog?: (line: string) => void;
 }
 
 /** A running server. */
@@ -575,7 +578,12 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
 
   /** Per connection, its requests being answered (one at a time, but a pipelining client may send more). */
   const inFlight = new Map<Duplex, number>();
+  const { requestLog } = opts;
   const server = createServer((req, res) => {
+    if (requestLog) {
+      const came = performance.now();
+      res.once('close', () => requestLog(requestLogLine(req, res, performance.now() - came)));
+    }
     const socket = req.socket;
     inFlight.set(socket, (inFlight.get(socket) ?? 0) + 1);
     res.once('close', () => {

@@ -80,6 +80,7 @@ describe('kvdesk serve --port 0 (a real process)', () => {
         '64KiB',
         '--threads',
         '1',
+        '--log-requests',
         '--data-dir',
         dataDir,
       ],
@@ -100,6 +101,8 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     const health = await fetch(`${url}/health`);
     expect(health.status).toBe(200);
     expect(await health.json()).toEqual({ status: 'ok', models: ['default'] });
+    // --log-requests: its line on stderr.
+    await expect.poll(() => stderr).toMatch(/^kvdesk: \S+ 127\.0\.0\.1 GET \/health 200 \d+ ms id=\S+$/m);
   });
 
   it('serves the official client: chat and completions, streamed and not', async () => {
