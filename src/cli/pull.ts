@@ -75,6 +75,12 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
         drawn = true;
         pending = null;
       };
+      /** A line of its own: after the progress line (at a terminal, that line ends first). */
+      const say = (line: string) => {
+        if (stderrIsTty && drawn) io.err('\n');
+        drawn = false;
+        io.err(`${line}\n`);
+      };
       // Ctrl+C: the download stops (what arrived stays, for the same command to resume from), and says so.
       const interrupt = new AbortController();
       const onInterrupt = () => interrupt.abort();
@@ -85,10 +91,19 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
           plan,
           signal: interrupt.signal,
           // What it removes (stopped downloads of this package at other revisions), a line each.
-          log: (line) => {
-            if (stderrIsTty && drawn) io.err('\n');
-            drawn = false;
-            io.err(`${line}\n`);
+          log: say,
+          // What an earlier try left (a pull interrupted or cut off): where each file goes on from.
+          onResume: (files) => {
+            const whole = files.filter((f) => f.doneBytes === f.totalBytes);
+            if (whole.length > 0) {
+              const bytes = whole.reduce((n, f) => n + f.totalBytes, 0);
+              const what = whole.length === 1 ? (whole[0] as { file: string }).file : `${whole.length} files`;
+              say(`kvdesk: resuming: ${what} (${formatBytes(bytes)}) arrived whole before`);
+            }
+            for (const f of files) {
+              if (f.doneBytes < f.totalBytes)
+                say(`kvdesk: resuming ${f.file} at ${formatBytes(f.doneBytes)} of ${formatBytes(f.totalBytes)}`);
+            }
           },
           onProgress: (p) => {
             if (json) return;

@@ -4,13 +4,15 @@
  * it stopped at (not one throttled away), and Ctrl+C says how to resume, which the same command then does.
  */
 import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pull } from '../../src/cli/pull';
+import { listHubVariants, planDownload } from '../../src/main/host/hub-download';
 import { formatBytes } from '../../src/shared/format';
 import { defaultModelRepo, type FakeHub, startFakeHub } from '../helpers/fake-hub';
-import { repoRoot } from '../helpers/fixtures';
+import { defaultModelDir, repoRoot } from '../helpers/fixtures';
 
 const REPO = 'onnx-community/tiny-chat';
 const GRAPH = 'onnx/model_q4.onnx'; // the variant kvdesk takes (q4)
@@ -93,6 +95,10 @@ describe('kvdesk pull without a terminal', () => {
       hub.faults.hold = undefined;
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     }
+    // What the interrupted pull left of the graph: the part the next one says it resumes from.
+    const staging = /what arrived stays in (.+)\)\n$/.exec(stderr)?.[1] as string;
+    const part = statSync(path.join(staging, `${GRAPH}.part`)).size;
+    expect(part).toBeGreaterThan(0);
     const asked = hub.requests.length;
     const again = await new Promise<{ status: number | null; stderr: string }>((resolve) =>
       execFile(
@@ -105,6 +111,12 @@ describe('kvdesk pull without a terminal', () => {
     expect(again.status, again.stderr).toBe(0);
     // Resumed: the graph's rest was asked for from where it stopped.
     expect(hub.requests.slice(asked).some((q) => q.range !== undefined && q.range !== 'bytes=0-')).toBe(true);
+    // It says so, before its first progress line: where the graph goes on from, of how much.
+    const graph = statSync(path.join(dir, 'models', 'tiny-chat-q4', GRAPH)).size;
+    expect(part).toBeLessThan(graph);
+    const resuming = `kvdesk: resuming ${GRAPH} at ${formatBytes(part)} of ${formatBytes(graph)}\n`;
+    expect(again.stderr).toContain(resuming);
+    expect(again.stderr.indexOf(resuming)).toBeLessThan(again.stderr.indexOf('pulling '));
     // A line each 10 % at most (and the first and last), not one every 250 ms.
     const lines = progress(again.stderr);
     expect(lines.length, again.stderr).toBeGreaterThan(0);
@@ -139,5 +151,55 @@ describe('kvdesk pull without a terminal', () => {
       released = true;
       hub.faults.hold = undefined;
     }
+  }, 60_000);
+});
+
+describe('kvdesk pull at a terminal', () => {
+  it('a pull that finds a part of a file says where it resumes, on a line of its own before the progress line', async () => {
+    const dir = dataDir();
+    const modelsDir = path.join(dir, 'models');
+    const plan = await planDownload(await listHubVariants(REPO, { endpoint: hub.url }), modelsDir);
+    // What a pull cut off left: the graph's first bytes.
+    const graph = readFileSync(path.join(defaultModelDir, 'onnx/model.onnx'));
+    const part = 100_000;
+    mkdirSync(path.join(plan.staging, 'onnx'), { recursive: true });
+    writeFileSync(path.join(plan.staging, `${GRAPH}.part`), graph.subarray(0, part));
+    let err = '';
+    let out = '';
+    const saved = { endpoint: process.env.HF_ENDPOINT, token: process.env.HF_TOKEN };
+    process.env.HF_ENDPOINT = hub.url;
+    process.env.HF_TOKEN = '';
+    try {
+      const code = await pull(
+        [REPO, '--data-dir', dir],
+        {
+          out: (s) => {
+            out += s;
+          },
+          err: (s) => {
+            err += s;
+          },
+        },
+        true,
+      );
+      expect(code, err).toBe(0);
+    } finally {
+      for (const [key, value] of [
+        ['HF_ENDPOINT', saved.endpoint],
+        ['HF_TOKEN', saved.token],
+      ] as const) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
+    }
+    expect(out).toBe('tiny-chat-q4\n');
+    // Its own line, then the progress line redrawn in place (\r), ended before the last words.
+    expect(err).toMatch(
+      new RegExp(
+        `^kvdesk: resuming ${GRAPH.replace('.', '\\.')} at ${formatBytes(part)} of ${formatBytes(graph.length)}\\n\\rpulling `,
+      ),
+    );
+    // It asked for the rest only.
+    expect(hub.requests.some((q) => q.range === `bytes=${part}-`)).toBe(true);
   }, 60_000);
 });
