@@ -1,7 +1,8 @@
 /**
  * `kvdesk pull` (a real process) in a script's log, against a local imitation of the hub (test/helpers/fake-hub.ts):
  * without a terminal its progress is a line every 5 s or each 10 % (not 4 a second), a stall is said after the state
- * it stopped at (not one throttled away), and Ctrl+C says how to resume, which the same command then does.
+ * it stopped at (not one throttled away), and Ctrl+C says how to resume, which the same command then does, saying
+ * where it resumes from (at a terminal too); `--json` interrupted by Ctrl+C or SIGTERM prints what arrived as JSON.
  */
 import { execFile, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -122,6 +123,73 @@ describe('kvdesk pull without a terminal', () => {
     expect(lines.length, again.stderr).toBeGreaterThan(0);
     expect(lines.length, again.stderr).toBeLessThanOrEqual(12);
   }, 90_000);
+
+  it('--json, interrupted (Ctrl+C or SIGTERM): one JSON object on stdout saying what arrived and how to resume, then it ends by the signal', async () => {
+    const graph = readFileSync(path.join(defaultModelDir, 'onnx/model.onnx'));
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+      let released = false;
+      hub.faults.hold = { path: GRAPH, until: () => released };
+      const dir = dataDir();
+      const plan = await planDownload(await listHubVariants(REPO, { endpoint: hub.url }), path.join(dir, 'models'));
+      const child = spawn(process.execPath, [BIN, 'pull', REPO, '--json', '--data-dir', dir], {
+        cwd: repoRoot,
+        env: env(),
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d) => {
+        stdout += String(d);
+      });
+      child.stderr.on('data', (d) => {
+        stderr += String(d);
+      });
+      const ended = new Promise<NodeJS.Signals | number | null>((resolve) =>
+        child.on('close', (code, sig) => resolve(sig ?? code)),
+      );
+      try {
+        // The held graph's first half has arrived.
+        const part = path.join(plan.staging, `${GRAPH}.part`);
+        const half = graph.length >> 1;
+        for (let i = 0; i < 1000; i++) {
+          if ((statSync(part, { throwIfNoEntry: false })?.size ?? 0) >= half) break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        child.kill(signal);
+        expect(await ended, stderr).toBe(signal);
+      } finally {
+        released = true;
+        hub.faults.hold = undefined;
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      }
+      expect(stderr).toMatch(/kvdesk: interrupted: run the same command again to resume/);
+      // One JSON object: what the staging folder holds, of the variant's.
+      expect(stdout).toMatch(/^\{.*\}\n$/);
+      const said = JSON.parse(stdout);
+      const sizes = plan.variant.files.map((f) => {
+        const whole = statSync(path.join(plan.staging, f.to), { throwIfNoEntry: false });
+        if (whole) return { whole: whole.size };
+        return { part: statSync(path.join(plan.staging, `${f.to}.part`), { throwIfNoEntry: false })?.size ?? 0 };
+      });
+      expect(said).toEqual({
+        status: 'interrupted',
+        signal,
+        repo: REPO,
+        variant: 'q4',
+        commit: hub.head(REPO),
+        doneBytes: sizes.reduce((n, s) => n + (s.whole ?? s.part ?? 0), 0),
+        totalBytes: plan.variant.bytes,
+        filesDone: sizes.filter((s) => s.whole !== undefined).length,
+        filesPartial: sizes.filter((s) => (s.part ?? 0) > 0).length,
+        filesTotal: plan.variant.files.length,
+        staging: plan.staging,
+        resume: 'run the same command again',
+      });
+      expect(said.doneBytes).toBeGreaterThanOrEqual(graph.length >> 1);
+      expect(said.filesPartial).toBeGreaterThanOrEqual(1);
+    }
+  }, 60_000);
 
   it('a pull of a package another one is downloading exits 4 (try again), not 2 (bad input)', async () => {
     let released = false;
