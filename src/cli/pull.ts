@@ -5,8 +5,16 @@
  * package's library id ends the output. A package downloaded already is not downloaded again (its id is printed all
  * the same).
  */
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import { downloadHubModel, listHubVariants, planDownload, repoSpec, splitPullName } from '../main/host/hub-download';
+import {
+  type DownloadPlan,
+  downloadHubModel,
+  listHubVariants,
+  planDownload,
+  repoSpec,
+  splitPullName,
+} from '../main/host/hub-download';
 import { searchHub } from '../main/host/hub-search';
 import { canonicalPath, ModelLibrary, prepareDataDir } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
@@ -75,20 +83,40 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
         drawn = true;
         pending = null;
       };
-      // Ctrl+C: the download stops (what arrived stays, for the same command to resume from), and says so.
+      /** A line of its own: after the progress line (at a terminal, that line ends first). */
+      const say = (line: string) => {
+        if (stderrIsTty && drawn) io.err('\n');
+        drawn = false;
+        io.err(`${line}\n`);
+      };
+      // Ctrl+C or SIGTERM: the download stops (what arrived stays, for the same command to resume from), and says
+      // so; kvdesk then ends by that signal (main.ts).
       const interrupt = new AbortController();
-      const onInterrupt = () => interrupt.abort();
-      process.on('SIGINT', onInterrupt);
+      let stoppedBy: NodeJS.Signals = 'SIGINT';
+      const onInterrupt = (signal: NodeJS.Signals) => {
+        if (!interrupt.signal.aborted) stoppedBy = signal;
+        interrupt.abort();
+      };
+      for (const signal of INTERRUPTS) process.on(signal, onInterrupt);
       try {
         await downloadHubModel(listing.repo, modelsDir, {
           ...hub,
           plan,
           signal: interrupt.signal,
           // What it removes (stopped downloads of this package at other revisions), a line each.
-          log: (line) => {
-            if (stderrIsTty && drawn) io.err('\n');
-            drawn = false;
-            io.err(`${line}\n`);
+          log: say,
+          // What an earlier try left (a pull interrupted or cut off): where each file goes on from.
+          onResume: (files) => {
+            const whole = files.filter((f) => f.doneBytes === f.totalBytes);
+            if (whole.length > 0) {
+              const bytes = whole.reduce((n, f) => n + f.totalBytes, 0);
+              const what = whole.length === 1 ? (whole[0] as { file: string }).file : `${whole.length} files`;
+              say(`kvdesk: resuming: ${what} (${formatBytes(bytes)}) arrived whole before`);
+            }
+            for (const f of files) {
+              if (f.doneBytes < f.totalBytes)
+                say(`kvdesk: resuming ${f.file} at ${formatBytes(f.doneBytes)} of ${formatBytes(f.totalBytes)}`);
+            }
           },
           onProgress: (p) => {
             if (json) return;
@@ -115,9 +143,11 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
         if (stderrIsTty && drawn) io.err('\n');
         drawn = false;
         io.err(`kvdesk: interrupted: run the same command again to resume (what arrived stays in ${plan.staging})\n`);
-        return SIGNAL_EXITS.SIGINT as number;
+        // A script reads where it stopped (the download stopped first: what the folder holds is all that arrived).
+        if (json) io.out(`${JSON.stringify(await interrupted(plan, stoppedBy))}\n`);
+        return SIGNAL_EXITS[stoppedBy] as number;
       } finally {
-        process.off('SIGINT', onInterrupt);
+        for (const signal of INTERRUPTS) process.off(signal, onInterrupt);
         // Where it stopped (a stall, a failure) is drawn before why, not a state from seconds before.
         if (pending !== null) draw(pending);
         // The progress line ends before whatever follows it (the id, or why it failed).
@@ -140,6 +170,48 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     // Another kvdesk downloads it now: try again once it has ended (4), as after a download cut off; not bad input.
     return info.detail?.busy === true ? 4 : code;
   }
+}
+
+/** The signals that stop a download (what arrived stays), each ending kvdesk by itself after. */
+const INTERRUPTS = ['SIGINT', 'SIGTERM'] as const;
+
+/**
+ * What `pull --json` prints when a signal stopped its download: the bytes and files that arrived (in the staging
+ * folder, which the same command resumes from) of the variant's.
+ */
+async function interrupted(plan: DownloadPlan, signal: NodeJS.Signals) {
+  let doneBytes = 0;
+  let filesDone = 0;
+  let filesPartial = 0;
+  for (const f of plan.variant.files) {
+    const to = path.join(plan.staging, f.to);
+    // A file is renamed from its part once it is complete and checked.
+    const whole = await stat(to).catch(() => null);
+    if (whole?.isFile()) {
+      doneBytes += whole.size;
+      filesDone++;
+      continue;
+    }
+    const part = await stat(`${to}.part`).catch(() => null);
+    if (part?.isFile() && part.size > 0) {
+      doneBytes += Math.min(part.size, f.size);
+      filesPartial++;
+    }
+  }
+  return {
+    status: 'interrupted',
+    signal,
+    repo: plan.listing.repo,
+    variant: plan.variant.name,
+    commit: plan.listing.commit,
+    doneBytes,
+    totalBytes: plan.variant.bytes,
+    filesDone,
+    filesPartial,
+    filesTotal: plan.variant.files.length,
+    staging: plan.staging,
+    resume: 'run the same command again',
+  };
 }
 
 /**

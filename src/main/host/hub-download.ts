@@ -592,6 +592,12 @@ export async function downloadHubModel(
     plan?: DownloadPlan;
     /** Where what the download removes is said (the staging folders of this package at other revisions). */
     log?: (line: string) => void;
+    /**
+     * What an earlier try left, said once before anything is fetched (not when it left nothing): of each such
+     * file, `doneBytes` of its `totalBytes` arrived (all of them: the whole file, checked, is kept; fewer: it
+     * resumes from there).
+     */
+    onResume?: (files: Array<{ file: string; doneBytes: number; totalBytes: number }>) => void;
   } = {},
 ): Promise<{ root: string; variant: HubVariant; listing: HubListing }> {
   const plan =
@@ -615,16 +621,21 @@ export async function downloadHubModel(
     // What arrived before (a download cut off): complete files checked again (the revision may have moved on),
     // parts resumed.
     let have = 0;
+    const resumed: Array<{ file: string; doneBytes: number; totalBytes: number }> = [];
     for (const f of variant.files) {
       const to = path.join(staging, f.to);
       const whole = await stat(to).catch(() => null);
-      if (whole?.isFile() && whole.size === f.size && (await matches(to, f))) have += f.size;
+      let arrived = 0;
+      if (whole?.isFile() && whole.size === f.size && (await matches(to, f))) arrived = f.size;
       else {
         await rm(to, { force: true });
         const part = await sizeOf(`${to}.part`);
-        if (part <= f.size) have += part; // a complete part (cut before its rename) is checked, not fetched
+        if (part <= f.size) arrived = part; // a complete part (cut before its rename) is checked, not fetched
       }
+      have += arrived;
+      if (arrived > 0) resumed.push({ file: f.path, doneBytes: arrived, totalBytes: f.size });
     }
+    if (resumed.length > 0) opts.onResume?.(resumed);
     await checkRoom(modelsDir, variant.bytes - have);
     let done = have;
     const report = (file: string) =>

@@ -185,6 +185,11 @@ export interface ParamHint {
   origins?: readonly MessageOrigin[];
   /** false: the message keeps the host's words (Ollama's errors add Ollama's name of the field themselves). */
   rename?: boolean;
+  /**
+   * The request asked for `"truncation": "auto"` (kvdesk left out the oldest turns as needed), `tools` whether it
+   * sent tools: a prompt still too long is its system messages (and tools) with the last turn alone.
+   */
+  truncation?: { tools: boolean };
 }
 
 /** The name of a tool result's call id, and of a call's arguments, in each API. */
@@ -263,13 +268,23 @@ function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): 
   if (typeof promptTokens !== 'number' || typeof contextLength !== 'number') return undefined;
   const tokens = promptTokens + (typeof sessionTokens === 'number' ? sessionTokens : 0);
   const what = param ?? hint.prompt;
+  const head = `This model's maximum context length is ${contextLength} tokens. However, your ${what} resulted in ${countedUpTo !== undefined ? 'at least ' : ''}${tokens} tokens`;
+  const room = 'which leaves no room for a reply';
+  // With truncation "auto" every earlier turn was left out already: what is left cannot be (as Ollama's /api/chat).
+  if (hint.truncation && hint.prompt !== 'prompt') {
+    const kept = [
+      ...(hint.api === 'responses' ? ['the instructions', 'system messages'] : ['the system messages']),
+      ...(hint.truncation.tools ? ['the tools'] : []),
+    ].join(', ');
+    return `${head} with only ${kept} and the last turn kept, ${room} ("truncation": "auto" leaves out the earlier turns, never these). Shorten them, or use a model with a longer context.`;
+  }
   // Completions: one prompt (or prompt[i] of several); chat completions and Responses: a conversation, whose
   // oldest turns kvdesk leaves out with truncation "auto".
   const advice =
     hint.prompt === 'prompt'
       ? `Shorten ${what === 'prompt' ? 'the prompt' : `${what} or leave it out`}, or use a model with a longer context.`
       : `Shorten the ${what}, or leave out the oldest turns ("truncation": "auto" has kvdesk do that).`;
-  return `This model's maximum context length is ${contextLength} tokens. However, your ${what} resulted in ${countedUpTo !== undefined ? 'at least ' : ''}${tokens} tokens, which leaves no room for a reply. ${advice}`;
+  return `${head}, ${room}. ${advice}`;
 }
 
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */

@@ -74,7 +74,12 @@ export function serveCompletion(
     sendHttpError(res, err);
     return Promise.resolve();
   }
-  const paramHint = { prompt: kind === 'chat' ? 'messages' : 'prompt' };
+  const paramHint: ParamHint = {
+    prompt: kind === 'chat' ? 'messages' : 'prompt',
+    ...(mapped.request.contextOverflow === 'drop-oldest'
+      ? { truncation: { tools: (mapped.request.tools?.length ?? 0) > 0 } }
+      : {}),
+  };
   const created = Math.floor(Date.now() / 1000);
   const choices = mapped.promptCount * mapped.n;
   const usageNull = mapped.includeUsage ? { usage: null } : {};

@@ -51,7 +51,14 @@ export function serveResponse(
   let head: ResponseHead | null = null;
   let events: ResponseEvents | null = null;
   const send = (list: StreamEvent[]) => writeEvents(res, list);
-  const paramHint: ParamHint = { prompt: 'input', api: 'responses', origins: mapped.origins };
+  const paramHint: ParamHint = {
+    prompt: 'input',
+    api: 'responses',
+    origins: mapped.origins,
+    ...(mapped.request.contextOverflow === 'drop-oldest'
+      ? { truncation: { tools: (mapped.request.tools?.length ?? 0) > 0 } }
+      : {}),
+  };
   return runGeneration(
     hostApi,
     mapped.request,

@@ -138,6 +138,55 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
     expect((await settled(t.url)).reservedBytes).toBe(0);
   });
 
+  it('with truncation "auto", a last turn the context cannot take is refused saying what would help, not to turn truncation on', async () => {
+    // Its earlier turns are left out; the system message and the last turn alone are still too long.
+    const last: Message = { role: 'user', content: 'word '.repeat(CONTEXT) };
+    const alone = promptTokens([SYSTEM, last]);
+    expect(alone).toBeGreaterThanOrEqual(CONTEXT);
+    const said = (what: string, kept: string) =>
+      `This model's maximum context length is ${CONTEXT} tokens. However, your ${what} resulted in ${alone} tokens with only ${kept} kept, which leaves no room for a reply ("truncation": "auto" leaves out the earlier turns, never these). Shorten them, or use a model with a longer context.`;
+    const chatError = await post('/v1/chat/completions', {
+      model,
+      messages: [SYSTEM, ...LONG, last],
+      max_tokens: MAX_TOKENS,
+      truncation: 'auto',
+    });
+    expect(chatError.status).toBe(400);
+    expect(chatError.body.error).toMatchObject({
+      code: 'context_length_exceeded',
+      param: 'messages',
+      n_prompt_tokens: alone,
+      message: said('messages', 'the system messages and the last turn'),
+    });
+    const input = [...LONG, last].map((m) => ({ role: m.role, content: m.content }));
+    const responsesError = await post('/v1/responses', {
+      model,
+      instructions: SYSTEM.content,
+      input,
+      truncation: 'auto',
+    });
+    expect(responsesError.status).toBe(400);
+    expect(responsesError.body.error).toMatchObject({
+      code: 'context_length_exceeded',
+      n_prompt_tokens: alone,
+      message: said('input', 'the instructions, system messages and the last turn'),
+    });
+    // Tools are kept too (they are in the prompt whatever turns are left out): the words name them.
+    const tools = [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } }];
+    const withTools = await post('/v1/chat/completions', {
+      model,
+      messages: [SYSTEM, ...LONG, last],
+      max_tokens: MAX_TOKENS,
+      truncation: 'auto',
+      tools,
+    });
+    expect(withTools.status).toBe(400);
+    const message = (withTools.body.error as Json).message as string;
+    expect(message).toContain('with only the system messages, the tools and the last turn kept');
+    expect(message).not.toContain('"truncation": "auto" has kvdesk do that');
+    expect((await settled(t.url)).reservedBytes).toBe(0);
+  });
+
   it('a conversation of hundreds of KB is refused from its newest turns, not rendered whole: at least that many tokens', async () => {
     // 600 exchanges of ~700 characters (~440 KB). It used to be rendered and tokenized whole first (tens of seconds
     // for a chat of MBs, every other request waiting, or the template's time limit, which blamed the package).
