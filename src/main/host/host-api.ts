@@ -908,7 +908,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     measurePrompt: async ({ countUpTo, ...req }: MeasurePromptRequest) =>
-      runner.measurePrompt(req, countUpTo !== undefined ? { countUpTo } : {}),
+      runner.measurePromptOffThread(req, countUpTo !== undefined ? { countUpTo } : {}),
     apiServerStatus: async () => apiServer.status(),
     startApiServer: async (req: ApiServerRequest) => announced(apiServer.start(req)),
     stopApiServer: async () => announced(apiServer.stop()),

@@ -69,6 +69,7 @@ import {
   type ReasoningState,
   type TextTokenizer,
 } from '../tokenizer';
+import { afterLongTexts, deferringLongTexts, LongTextPending, MAX_DEFERRALS } from '../tokenizer/off-thread';
 import {
   createToolCallFilter,
   type ToolCallFilter,
@@ -797,6 +798,7 @@ export class RunnerService {
     // Another package under the same id: the KV its sessions hold was computed by the old one.
     this.closeSessionsOf(id);
     this.models.set(id, model);
+    if (previous && previous.tokenizer !== tokenizer) previous.tokenizer.close();
     this.dropDeviceIfUnused(intended);
     // The budget stops counting the old load's bytes per token (another package's may differ), and counts the new
     // load's from now (the snapshot's bpt, before any request).
@@ -851,6 +853,7 @@ export class RunnerService {
     this.closeSessionsOf(id);
     this.schedulerOf(id).forgetModel(id);
     this.models.delete(id);
+    model.tokenizer.close();
     await this.engine.unload(id);
     this.dropDeviceIfUnused(model.device);
     this.refreshBudget();
@@ -1175,6 +1178,15 @@ export class RunnerService {
   }
 
   /**
+   * {@link measurePrompt}, its long texts tokenized off the host's thread (off-thread.ts): the same answer, without
+   * holding every stream and client while a long conversation is tokenized (the window measures its chat as it is
+   * written; Anthropic's count_tokens).
+   */
+  measurePromptOffThread(input: unknown, opts: { countUpTo?: number } = {}): Promise<PromptMeasure> {
+    return afterLongTexts(() => this.measurePrompt(input, opts));
+  }
+
+  /**
    * What a generation request's prompt would be, without running it: its tokens (the longest row), the model's
    * context, and the messages `drop-oldest` would leave out. `countUpTo`: a conversation sent whole (not
    * `drop-oldest`) is counted only until its newest turns pass that many tokens (`countedUpTo` then says so, and
@@ -1216,13 +1228,45 @@ export class RunnerService {
     reload: Promise<unknown>,
     { timeoutMs, ...shown }: { modelId: string; threadId: string | undefined; timeoutMs: number | undefined },
   ): GenerationHandle {
+    const wait: ReloadWait = {
+      requestId,
+      modelId: shown.modelId,
+      ...(shown.threadId ? { threadId: shown.threadId } : {}),
+      since: Date.now(),
+    };
+    this.reloadWaits.set(requestId, wait);
+    this.reloadChanged('waits');
+    return this.startAfter(requestId, input, sink, reload, reload, timeoutMs, 'while its model loaded again', 0, () => {
+      // Only this wait's entry (a request that waits again, for a later load, holds a new one).
+      if (this.reloadWaits.get(requestId) === wait) this.reloadWaits.delete(requestId);
+      this.reloadChanged('waits');
+    });
+  }
+
+  /**
+   * A request that starts once `until` settles (its model loaded again, its long texts tokenized off the thread):
+   * generateAs then, with what is left of its time limit (`waited`, `deferrals`: as generateAs takes them). Stopped
+   * before (cancelled, its time limit passed `while` it waited), it is refused as not started. `onSettled`: it
+   * started or stopped.
+   */
+  private startAfter(
+    requestId: string,
+    input: unknown,
+    sink: (frame: StreamFrame) => void,
+    until: Promise<unknown>,
+    waited: Promise<unknown> | undefined,
+    timeoutMs: number | undefined,
+    while_: string,
+    deferrals: number,
+    onSettled?: () => void,
+  ): GenerationHandle {
     let started: GenerationHandle | undefined;
     let stop!: (reason: 'user' | 'disconnect' | 'timeout' | 'shutdown') => void;
     const stopped = new Promise<never>((_, reject) => {
       stop = (reason) =>
         reject(
           reason === 'timeout'
-            ? new KvdeskError('TIMEOUT', `the request timed out while its model loaded again (limit ${timeoutMs} ms)`, {
+            ? new KvdeskError('TIMEOUT', `the request timed out ${while_} (limit ${timeoutMs} ms)`, {
                 timeoutMs: timeoutMs ?? null,
               })
             : new KvdeskError('CANCELLED', `request ${requestId} was cancelled (${reason}) before it started`, {
@@ -1232,9 +1276,9 @@ export class RunnerService {
     });
     const timer = timeoutMs === undefined ? undefined : setTimeout(() => cancel('timeout'), timeoutMs);
     const began = performance.now();
-    // The load in (or failed), or the request stopped first.
-    const waited = Promise.race([reload, stopped]);
-    const result = waited.then(() => {
+    // The wait over (the load in or failed, the texts tokenized), or the request stopped first.
+    const over = Promise.race([until, stopped]);
+    const result = over.then(() => {
       // What is left of its time limit goes with it.
       const left = timeoutMs === undefined ? undefined : Math.max(1, timeoutMs - (performance.now() - began));
       const parsed = input as Record<string, unknown>;
@@ -1242,7 +1286,8 @@ export class RunnerService {
         requestId,
         left === undefined ? input : { ...parsed, timeoutMs: Math.round(left) },
         sink,
-        reload,
+        waited,
+        deferrals,
       );
       return started.result;
     });
@@ -1251,23 +1296,13 @@ export class RunnerService {
       else stop(reason);
     };
     this.cancels.set(requestId, cancel);
-    const wait: ReloadWait = {
-      requestId,
-      modelId: shown.modelId,
-      ...(shown.threadId ? { threadId: shown.threadId } : {}),
-      since: Date.now(),
-    };
-    this.reloadWaits.set(requestId, wait);
-    this.reloadChanged('waits');
     const forget = () => {
       if (timer !== undefined) clearTimeout(timer);
       if (this.cancels.get(requestId) === cancel) this.cancels.delete(requestId);
-      // Only this wait's entry (a request that waits again, for a later load, holds a new one).
-      if (this.reloadWaits.get(requestId) === wait) this.reloadWaits.delete(requestId);
-      this.reloadChanged('waits');
+      onSettled?.();
     };
     // Once it starts, its own generation holds the id (and the cancel) until it ends.
-    void waited.then(forget, forget);
+    void over.then(forget, forget);
     return { requestId, result, cancel };
   }
 
@@ -1298,12 +1333,16 @@ export class RunnerService {
     );
   }
 
-  /** `waited`: the reload the request has waited for (it does not wait for that one again). */
+  /**
+   * `waited`: the reload the request has waited for (it does not wait for that one again); `deferrals`: how many
+   * times it has waited for its long texts to be tokenized off the thread (off-thread.ts).
+   */
   private generateAs(
     requestId: string,
     input: unknown,
     sink: (frame: StreamFrame) => void,
     waited?: Promise<unknown>,
+    deferrals = 0,
   ): GenerationHandle {
     // Closing: nothing new starts (it would only hold the quit until it is cut).
     if (this.closed) {
@@ -1337,7 +1376,15 @@ export class RunnerService {
       const refuseOver = model.spec.contextLength - 1;
       let partial: true | undefined;
       let counted: number[][];
-      ({ rows: counted, tools, contextDrop, reasoning, partial } = this.buildRows(req, model, refuseOver, true));
+      // Its long texts are tokenized off the host's thread first (off-thread.ts): then it is prepared again.
+      const build = () => this.buildRows(req, model, refuseOver, true);
+      ({
+        rows: counted,
+        tools,
+        contextDrop,
+        reasoning,
+        partial,
+      } = deferrals < MAX_DEFERRALS ? deferringLongTexts(build) : build());
       if (partial) throw contextOverflowAtLeast(this.schedulerOf(model.id), model, counted);
       rows = counted;
       checkLogitBias(req, model.spec.vocabSize);
@@ -1349,6 +1396,11 @@ export class RunnerService {
         if (sessionId) req = { ...req, sessionId };
       }
     } catch (err) {
+      if (err instanceof LongTextPending) {
+        const timeoutMs = parsed.data.timeoutMs;
+        const tokenizing = 'while its prompt was tokenized';
+        return this.startAfter(requestId, input, sink, err.ready, waited, timeoutMs, tokenizing, deferrals + 1);
+      }
       return { requestId, result: Promise.reject(err), cancel: () => {} };
     }
     let resolveResult!: (r: GenerationResult) => void;
@@ -1628,6 +1680,7 @@ export class RunnerService {
     // of an engine that went away under it (bounded: a long step does not hold the quit).
     const deadline = Date.now() + CLOSE_GRACE_MS;
     while (this.generations.size > 0 && Date.now() < deadline) await sleep(10);
+    for (const m of this.models.values()) m.tokenizer.close();
     await this.engine.close();
   }
 }

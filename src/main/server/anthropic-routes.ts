@@ -51,7 +51,7 @@ export async function serveCountTokens(hostApi: HostApi, body: unknown, res: Ser
     // Counting needs the model's tokenizer: a library package is loaded as a message to it would load it.
     const request = { ...mapped.request, model: await apiModelName(hostApi, mapped.request.model) };
     await hostApi.ensureModel(request.model);
-    sendJson(res, 200, { input_tokens: hostApi.runner.countPromptTokens(request) });
+    sendJson(res, 200, { input_tokens: (await hostApi.runner.measurePromptOffThread(request)).promptTokens });
   } catch (err) {
     sendAnthropicError(
       res,

@@ -4,6 +4,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { z } from 'zod';
 import { KvdeskError } from '../../shared/errors';
 import type { TokenizerSpec } from '../../shared/model-spec';
+import { OffThreadEncoder, type RawEncoding, type TokenizerFiles } from './off-thread';
 
 /** A special token as the tokenizer knows it: its text and its id. */
 export interface SpecialToken {
@@ -46,8 +47,13 @@ export interface DecodeOptions {
  * is checked against what the model's embedding table can take.
  */
 export interface TextTokenizer {
-  /** Text → ids. Throws TOKEN_OUT_OF_VOCAB when an id is ≥ the model's vocabulary size. */
+  /**
+   * Text → ids. Throws TOKEN_OUT_OF_VOCAB when an id is ≥ the model's vocabulary size. A long text is tokenized on
+   * a worker thread where asked under deferringLongTexts (off-thread.ts).
+   */
   encode(text: string, opts?: EncodeOptions): number[];
+  /** Ends what the tokenizer runs beside the host (its worker thread, if it started one). */
+  close(): void;
   /** Ids → text. Ids the tokenizer has no token for contribute nothing, as in tokenizers' decode. */
   decode(ids: readonly number[], opts?: DecodeOptions): string;
   idToToken(id: number): string | undefined;
@@ -87,6 +93,8 @@ export interface TextTokenizerInput {
   vocabSize: number;
   /** File names used in error messages. */
   source?: { tokenizerJson?: string; tokenizerConfig?: string };
+  /** The files the input was read from: long texts are tokenized off the host's thread from them (off-thread.ts). */
+  files?: TokenizerFiles;
 }
 
 /** Loads tokenizer.json (and tokenizer_config.json when the spec names one) for a model with `vocabSize` ids. */
@@ -100,6 +108,10 @@ export async function loadTokenizer(spec: TokenizerSpec, options: { vocabSize: n
     spec: names,
     vocabSize: options.vocabSize,
     source: { tokenizerJson: spec.tokenizerJson, tokenizerConfig: spec.tokenizerConfig },
+    files: {
+      tokenizerJson: spec.tokenizerJson,
+      ...(spec.tokenizerConfig !== undefined ? { tokenizerConfig: spec.tokenizerConfig } : {}),
+    },
   });
 }
 
@@ -331,6 +343,11 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
   }
 
   const bound = tokenLengthBound(json);
+  const encodeHere = (text: string, special: boolean): RawEncoding => {
+    const encoded = lib.encode(text, { add_special_tokens: special });
+    return { ids: encoded.ids, tokenAt: (position) => encoded.tokens[position] ?? '' };
+  };
+  const offThread = input.files ? new OffThreadEncoder(input.files, encodeHere) : undefined;
 
   return {
     vocabSize,
@@ -348,14 +365,14 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
         throw new KvdeskError('BAD_REQUEST', `Text to encode must be a string, got ${typeof text}.`);
       }
       const addSpecialTokens = opts?.addSpecialTokens ?? true;
-      const encoded = lib.encode(text, { add_special_tokens: addSpecialTokens });
+      const encoded = offThread ? offThread.encode(text, addSpecialTokens) : encodeHere(text, addSpecialTokens);
       const ids: number[] = [];
-      for (const [position, raw] of (encoded.ids as Array<number | undefined>).entries()) {
-        let id = raw;
+      for (let position = 0; position < encoded.ids.length; position++) {
+        let id = encoded.ids[position];
         // WordLevel (the library's Legacy model) only knows unk from tokenizer_config.json, and BPE without
         // byte fallback has none for unseen characters: both yield undefined instead of an id.
         if (id === undefined) {
-          const word = encoded.tokens[position] ?? '';
+          const word = encoded.tokenAt(position);
           if (unk === undefined) {
             throw new KvdeskError(
               'TOKEN_OUT_OF_VOCAB',
@@ -376,6 +393,7 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
       }
       return ids;
     },
+    close: () => offThread?.close(),
     decode,
     idToToken: (id) => lib.id_to_token(id),
     tokenPiece,
