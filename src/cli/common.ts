@@ -22,6 +22,7 @@ import { editDistance } from '../shared/edit-distance';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import type { DeviceBudgetSnapshot } from '../shared/scheduler-types';
 import { dataDirOf } from './data-dir';
+import { decodeText } from './text-input';
 
 /**
  * The exit code of a command whose stdout's reader went away (`kvdesk generate … | head`): 128 + SIGPIPE, what a
@@ -433,13 +434,15 @@ export const LOAD_OPTIONS = {
 /** `--chat-template FILE`: the template's text (a file of Jinja), or a clear word when it cannot be read. */
 function chatTemplateFlag(file: string | undefined): string | undefined {
   if (file === undefined) return undefined;
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = readFileSync(givenPath('--chat-template', file), 'utf8');
+    bytes = readFileSync(givenPath('--chat-template', file));
   } catch (err) {
     if (err instanceof KvdeskError) throw err;
     throw badArgs(`--chat-template: cannot read ${file} (${(err as Error).message}): give a file of Jinja`);
   }
+  // UTF-8 (its BOM dropped) or UTF-16 by its BOM, as every file a flag names.
+  const text = decodeText(bytes, `--chat-template: ${file}`);
   if (text.trim() === '') throw badArgs(`--chat-template: ${file} is empty: give a file of Jinja`);
   if (text.length > CHAT_TEMPLATE_MAX) {
     throw badArgs(`--chat-template: ${file} is over ${CHAT_TEMPLATE_MAX / 1024} KiB; no chat template is that long`);

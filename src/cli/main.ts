@@ -63,6 +63,7 @@ import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 import { PULL_OPTIONS, pull, SEARCH_OPTIONS, search } from './pull';
 import { alignedRows } from './table';
+import { decodeText } from './text-input';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
@@ -595,9 +596,8 @@ async function promptsOf(
   } finally {
     clearTimeout(hint);
   }
-  const text = Buffer.concat(chunks)
-    .toString('utf8')
-    .replace(/\r?\n$/, '');
+  // UTF-8 (its BOM dropped) or UTF-16 by its BOM; anything else refused, not read as U+FFFD or NUL-laced text.
+  const text = decodeText(Buffer.concat(chunks), 'stdin').replace(/\r?\n$/, '');
   if (text === '') {
     throw badArgs(
       `stdin is empty, and it is the prompt${dashes > 0 ? ' (--prompt -)' : ' (no --prompt given)'}: pipe the prompt in, or give --prompt TEXT`,
@@ -606,14 +606,19 @@ async function promptsOf(
   return prompts.length === 0 ? [text] : prompts.map((p) => (p === '-' ? text : p));
 }
 
-/** A file a flag names, as UTF-8 text; one that cannot be read is BAD_REQUEST naming the flag and the file. */
+/**
+ * A file a flag names, as text (UTF-8, its BOM dropped, or UTF-16 by its BOM: text-input.ts); one that cannot be
+ * read, or is not text, is BAD_REQUEST naming the flag and the file.
+ */
 function readTextFile(flag: string, file: string): string {
+  let bytes: Buffer;
   try {
-    return readFileSync(givenPath(flag, file), 'utf8');
+    bytes = readFileSync(givenPath(flag, file));
   } catch (err) {
     if (err instanceof KvdeskError) throw err;
     throw badArgs(`${flag}: cannot read ${file}: ${(err as Error).message}`);
   }
+  return decodeText(bytes, `${flag}: ${file}`);
 }
 
 /** A JSON file given to a flag (--json-schema, --tools); errors name the flag and the file. */

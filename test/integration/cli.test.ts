@@ -23,6 +23,7 @@ import {
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { GENERATE_OPTIONS, INSPECT_OPTIONS, LIST_OPTIONS, main } from '../../src/cli/main';
@@ -49,10 +50,16 @@ function kvdeskProcess(...args: string[]): CliRun {
  * is tested with kvdeskProcess and kvdeskWith.
  */
 async function kvdesk(...args: string[]): Promise<CliRun> {
+  return kvdeskFed(undefined, ...args);
+}
+
+/** kvdesk through main() as above, its stdin a pipe that gives `input` (none: the process's own). */
+async function kvdeskFed(input: Buffer | undefined, ...args: string[]): Promise<CliRun> {
   let stdout = '';
   let stderr = '';
   const before = processesRunning();
-  const code = await main(args, { out: (s) => (stdout += s), err: (s) => (stderr += s) });
+  const io = { out: (s: string) => (stdout += s), err: (s: string) => (stderr += s) };
+  const code = await main(args, io, input === undefined ? undefined : Readable.from([input]));
   // What a real process would have shown by never exiting: a command that leaves its engine running (an engine
   // that has exited is listed until its handle closes, a moment later).
   await expect
@@ -1435,6 +1442,61 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     expect(twice.code).toBe(2);
     expect((twice.json.error as { message: string }).message).toMatch(/--prompt - reads stdin once/);
   }, 60_000);
+
+  it('generate reads stdin and the files its flags name as UTF-8, its BOM dropped, or UTF-16 by its BOM; other bytes are refused saying where', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-encodings-'));
+    try {
+      const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+      const utf16le = (s: string) => Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(s, 'utf16le')]);
+      const utf16be = (s: string) => Buffer.concat([Buffer.from([0xfe, 0xff]), Buffer.from(s, 'utf16le').swap16()]);
+      const write = (name: string, bytes: Buffer) => {
+        writeFileSync(path.join(dir, name), bytes);
+        return path.join(dir, name);
+      };
+      const schema = JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] });
+      const prompt = 'Tell me about rivers.\n';
+      const args = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '12', '--json'];
+      const plain = await kvdeskFed(
+        Buffer.from(prompt),
+        ...args,
+        '--json-schema',
+        write('plain.json', Buffer.from(schema)),
+      );
+      expect(plain.code, plain.stderr).toBe(0);
+      // Notepad's and PowerShell's UTF-8: the mark is no part of the prompt (it was 3 tokens more) or of the JSON.
+      const marked = await kvdeskFed(
+        Buffer.concat([BOM, Buffer.from(prompt)]),
+        ...args,
+        '--json-schema',
+        write('bom.json', Buffer.concat([BOM, Buffer.from(schema)])),
+      );
+      expect(marked.code, marked.stderr).toBe(0);
+      expect(marked.json.promptTokens).toBe(plain.json.promptTokens);
+      expect(marked.json.tokenIds).toEqual(plain.json.tokenIds);
+      // PowerShell 5's `>`: UTF-16 LE; and BE. The same text, not text laced with NULs.
+      const wide = await kvdeskFed(utf16le(prompt), ...args, '--json-schema', write('be.json', utf16be(schema)));
+      expect(wide.code, wide.stderr).toBe(0);
+      expect(wide.json.promptTokens).toBe(plain.json.promptTokens);
+      expect(wide.json.tokenIds).toEqual(plain.json.tokenIds);
+      // Latin-1 ("café"): refused where it goes wrong, not read as U+FFFD; before anything loads.
+      const latin1 = Buffer.from('{"x": "caf\xe9"}', 'latin1');
+      const bad = await kvdeskFed(latin1, ...args);
+      expect(bad.code).toBe(2);
+      expect((bad.json.error as { message: string }).message).toBe(
+        'stdin is not UTF-8 text (byte 0xe9 at offset 10): save it as UTF-8',
+      );
+      const file = write('latin1.txt', latin1);
+      for (const flag of ['--json-schema', '--tools', '--prediction-file', '--chat-template']) {
+        const r = await kvdesk(...args, '--prompt', 'x', flag, file);
+        expect(r.code, flag).toBe(2);
+        expect((r.json.error as { message: string }).message, flag).toBe(
+          `${flag}: ${file} is not UTF-8 text (byte 0xe9 at offset 10): save it as UTF-8`,
+        );
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('--prompt-ids repeated is a batch, a row each, as --prompt repeated is (only the last was kept)', async () => {
     const args = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '4', '--json'];
