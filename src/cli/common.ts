@@ -316,10 +316,10 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   const dataDir = dataDirOf(dataDirFlag);
   const library = await ModelLibrary.open(dataDir, { log: libraryLog });
   const present = library.list().filter((e) => !e.missing && existsSync(e.root));
-  const entry = present.find((e) => e.id === arg);
+  const entry = present.find((e) => sameId(e.id, arg));
   if (entry) return entry.root;
   // In the library, but its folder has gone (moved, deleted): said so, as `kvdesk list` says it is missing.
-  const gone = library.list().find((e) => e.id === arg);
+  const gone = library.list().find((e) => sameId(e.id, arg));
   if (gone) {
     throw new KvdeskError(
       'BAD_REQUEST',
@@ -333,6 +333,12 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
     `there is no package folder "${arg}", and no package of that id in the library at ${dataDir} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
   );
 }
+
+/**
+ * Whether a name given means the library's id: itself, or written decomposed (`e` + U+0301, as macOS writes folder
+ * names and a paste from there brings them), as the server takes a request's `model` (model-names.ts): ids are NFC.
+ */
+const sameId = (id: string, name: string): boolean => id === name || id === name.normalize('NFC');
 
 /**
  * The folder of the library's package pulled from the hub as `arg` (no folder of that name is there); none pulled so:
@@ -360,8 +366,10 @@ async function pulledDir(
   // A path whose parent folder is here: a package pulled under that name at another revision is not it either (the
   // folder's own error says what is wrong).
   let entry: ReturnType<typeof pulledEntry>;
+  const replace = (e: { root: string }, named: PulledName) => `delete ${e.root}, then \`${pullCommand(named)}\``;
   try {
-    entry = pulledEntry(present, arg, (e, named) => `delete ${e.root}, then \`${pullCommand(named)}\``);
+    // As the name is, then composed (NFC), as the server resolves it.
+    entry = pulledEntry(present, arg, replace) ?? pulledEntry(present, arg.normalize('NFC'), replace);
   } catch (err) {
     if (pathFirst) return dir;
     throw err;

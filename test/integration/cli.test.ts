@@ -864,6 +864,39 @@ describe('CLI on the generated default model', () => {
     }
   });
 
+  it('takes a library id typed decomposed (NFD: as macOS writes names, and a paste from there brings them), as the server does', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-nfd-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      const emoji = path.join(work, 'émoji 👩🏽\u200d💻');
+      cpSync(defaultModelDir, emoji, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(emoji, await loadModelSpec(emoji));
+      await library.flush();
+      const decomposed = 'e\u0301moji';
+      expect(decomposed).not.toBe('émoji');
+      expect(decomposed.normalize('NFC')).toBe('émoji');
+      const inspected = await kvdesk('inspect', decomposed, '--data-dir', dataDir, '--json');
+      expect(inspected.code, inspected.stderr).toBe(0);
+      expect(inspected.json).toMatchObject({ id: 'émoji', root: emoji });
+      const args = ['--data-dir', dataDir, '--prompt-ids', '1,2', '--max-new-tokens', '2', '--json'];
+      const generated = await kvdesk('generate', decomposed, ...args);
+      expect(generated.code, generated.stderr).toBe(0);
+      expect(generated.json.tokenIds).toHaveLength(2);
+      // Its folder gone: said so of the id, typed either way.
+      rmSync(emoji, { recursive: true, force: true });
+      const gone = await kvdesk('generate', decomposed, ...args);
+      expect(gone.code).toBe(2);
+      expect((gone.json.error as { message: string }).message).toContain(
+        `the library's package of that id was at ${emoji}`,
+      );
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
   it('list says a package is invalid in its row, and why on a line below, the bytes of a file it quotes escaped', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');
