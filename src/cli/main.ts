@@ -646,15 +646,26 @@ function round(n: number): number {
 /**
  * Text for a terminal, each character that is not one it shows as itself written as an escape (`\x1c`, `\u202e`):
  * control and format characters (the raw bytes of a file an error quotes, a line break in a folder's name, a
- * right-to-left override) and U+FFFD, what bytes that are not UTF-8 read as. They would break the table's lines, or
- * make text look like what it is not.
+ * right-to-left override or isolate, a zero-width space) and U+FFFD, what bytes that are not UTF-8 read as. They
+ * would break the table's lines, or make text look like what it is not. Kept as they are, being part of how the
+ * text is written (a path escaped so could not be pasted back): the zero-width joiner and non-joiner (U+200D joins
+ * an emoji of several, a woman and a laptop; U+200C keeps Persian letters apart) and the tags after a black flag
+ * (U+1F3F4), which make a flag's emoji (Scotland's).
  */
-function printable(text: string): string {
-  return text.replace(/[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Zl}\p{Zp}\ufffd]/gu, (c) => {
-    const code = c.codePointAt(0) as number;
-    const hex = code.toString(16);
-    return code <= 0xff ? `\\x${hex.padStart(2, '0')}` : code <= 0xffff ? `\\u${hex.padStart(4, '0')}` : `\\u{${hex}}`;
-  });
+export function printable(text: string): string {
+  return text.replace(
+    /\u{1f3f4}[\u{e0020}-\u{e007e}]+\u{e007f}|[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Zl}\p{Zp}\ufffd]/gu,
+    (c) => {
+      if (c === '\u200c' || c === '\u200d' || c.codePointAt(0) === 0x1f3f4) return c;
+      const code = c.codePointAt(0) as number;
+      const hex = code.toString(16);
+      return code <= 0xff
+        ? `\\x${hex.padStart(2, '0')}`
+        : code <= 0xffff
+          ? `\\u${hex.padStart(4, '0')}`
+          : `\\u{${hex}}`;
+    },
+  );
 }
 
 /** `kvdesk list`'s flags. */

@@ -897,6 +897,40 @@ describe('CLI on the generated default model', () => {
     }
   });
 
+  it("list shows each folder's name as it is written: joiners kept (an emoji of several, Persian's ZWNJ), overrides escaped", async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-names-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      // An emoji of four joined by U+200D; Persian with a zero-width non-joiner (U+200C); a right-to-left override.
+      const emoji = path.join(work, 'émoji 👩🏽\u200d💻');
+      const persian = path.join(work, 'می\u200cخواهم');
+      const spoof = path.join(work, 'evil\u202etxt.onnx');
+      const library = await ModelLibrary.open(dataDir);
+      for (const dir of [spoof, persian, emoji]) {
+        cpSync(defaultModelDir, dir, { recursive: true });
+        await library.loaded(dir, await loadModelSpec(dir));
+      }
+      await library.flush();
+      const r = await kvdesk('list', '--data-dir', dataDir);
+      expect(r.code, r.stderr).toBe(0);
+      const lines = r.stdout.trimEnd().split('\n');
+      // The joiners are the names' own: each folder as it is, to be pasted back into a shell.
+      expect(lines[1]).toMatch(/^émoji {10}ok {5}989 KiB/);
+      expect(lines[1]?.endsWith(` ${emoji}`)).toBe(true);
+      expect(lines[2]).toMatch(/^می-خواهم {7}ok {5}989 KiB/);
+      expect(lines[2]?.endsWith(` ${persian}`)).toBe(true);
+      // An override still shows as its escape: the name is not made to look like what it is not.
+      expect(lines[3]).toMatch(/^evil-txt\.onnx {2}ok {5}989 KiB/);
+      expect(lines[3]?.endsWith(` ${path.join(work, 'evil\\u202etxt.onnx')}`)).toBe(true);
+      // FOLDER starts in the same cell on every row: under its heading.
+      for (const line of lines.slice(1)) expect(line.indexOf(work)).toBe(lines[0]?.indexOf('FOLDER'));
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
   it('list says a package is invalid in its row, and why on a line below, the bytes of a file it quotes escaped', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');
