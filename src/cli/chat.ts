@@ -54,6 +54,7 @@ import {
   threadsFlag,
 } from './common';
 import { applyDeviceFlags } from './device-flags';
+import { textStream } from './text-input';
 
 const HELP = `Commands:
   /set system TEXT        the system prompt (the conversation goes on with it)
@@ -594,7 +595,9 @@ export async function chat(
 /** Reads turns from `input` and hands them to the session one at a time (lines typed meanwhile wait). */
 async function repl(session: ChatSession, input: ChatInput, interactive: boolean, io: Io): Promise<void> {
   if (interactive) return terminalRepl(session, input, io);
-  const rl = createInterface({ input, terminal: false });
+  // UTF-8 (its BOM dropped) or UTF-16 by its BOM; bytes that are neither end the chat saying where (text-input.ts).
+  const text = textStream('stdin');
+  const rl = createInterface({ input: input.pipe(text), terminal: false });
   const reader = new TurnReader();
   // Without a terminal, readline sees no Ctrl+C: the signal comes to the process, and the chat ends there, the
   // reply being written too (no person is there to go on with the next turn: the input's later turns are a script's,
@@ -625,6 +628,9 @@ async function repl(session: ChatSession, input: ChatInput, interactive: boolean
   } finally {
     process.off('SIGINT', onInterrupt);
     rl.close();
+    // As readline leaves an input it closes: not read on (stdin read on would keep kvdesk from ending).
+    input.unpipe(text);
+    input.pause();
   }
 }
 

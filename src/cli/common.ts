@@ -22,6 +22,7 @@ import { editDistance } from '../shared/edit-distance';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import type { DeviceBudgetSnapshot } from '../shared/scheduler-types';
 import { dataDirOf } from './data-dir';
+import { decodeText } from './text-input';
 
 /**
  * The exit code of a command whose stdout's reader went away (`kvdesk generate … | head`): 128 + SIGPIPE, what a
@@ -315,10 +316,10 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   const dataDir = dataDirOf(dataDirFlag);
   const library = await ModelLibrary.open(dataDir, { log: libraryLog });
   const present = library.list().filter((e) => !e.missing && existsSync(e.root));
-  const entry = present.find((e) => e.id === arg);
+  const entry = present.find((e) => sameId(e.id, arg));
   if (entry) return entry.root;
   // In the library, but its folder has gone (moved, deleted): said so, as `kvdesk list` says it is missing.
-  const gone = library.list().find((e) => e.id === arg);
+  const gone = library.list().find((e) => sameId(e.id, arg));
   if (gone) {
     throw new KvdeskError(
       'BAD_REQUEST',
@@ -332,6 +333,12 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
     `there is no package folder "${arg}", and no package of that id in the library at ${dataDir} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
   );
 }
+
+/**
+ * Whether a name given means the library's id: itself, or written decomposed (`e` + U+0301, as macOS writes folder
+ * names and a paste from there brings them), as the server takes a request's `model` (model-names.ts): ids are NFC.
+ */
+const sameId = (id: string, name: string): boolean => id === name || id === name.normalize('NFC');
 
 /**
  * The folder of the library's package pulled from the hub as `arg` (no folder of that name is there); none pulled so:
@@ -359,8 +366,10 @@ async function pulledDir(
   // A path whose parent folder is here: a package pulled under that name at another revision is not it either (the
   // folder's own error says what is wrong).
   let entry: ReturnType<typeof pulledEntry>;
+  const replace = (e: { root: string }, named: PulledName) => `delete ${e.root}, then \`${pullCommand(named)}\``;
   try {
-    entry = pulledEntry(present, arg, (e, named) => `delete ${e.root}, then \`${pullCommand(named)}\``);
+    // As the name is, then composed (NFC), as the server resolves it.
+    entry = pulledEntry(present, arg, replace) ?? pulledEntry(present, arg.normalize('NFC'), replace);
   } catch (err) {
     if (pathFirst) return dir;
     throw err;
@@ -433,13 +442,15 @@ export const LOAD_OPTIONS = {
 /** `--chat-template FILE`: the template's text (a file of Jinja), or a clear word when it cannot be read. */
 function chatTemplateFlag(file: string | undefined): string | undefined {
   if (file === undefined) return undefined;
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = readFileSync(givenPath('--chat-template', file), 'utf8');
+    bytes = readFileSync(givenPath('--chat-template', file));
   } catch (err) {
     if (err instanceof KvdeskError) throw err;
     throw badArgs(`--chat-template: cannot read ${file} (${(err as Error).message}): give a file of Jinja`);
   }
+  // UTF-8 (its BOM dropped) or UTF-16 by its BOM, as every file a flag names.
+  const text = decodeText(bytes, `--chat-template: ${file}`);
   if (text.trim() === '') throw badArgs(`--chat-template: ${file} is empty: give a file of Jinja`);
   if (text.length > CHAT_TEMPLATE_MAX) {
     throw badArgs(`--chat-template: ${file} is over ${CHAT_TEMPLATE_MAX / 1024} KiB; no chat template is that long`);

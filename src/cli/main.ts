@@ -63,6 +63,7 @@ import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 import { PULL_OPTIONS, pull, SEARCH_OPTIONS, search } from './pull';
 import { alignedRows } from './table';
+import { decodeText } from './text-input';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
@@ -595,9 +596,8 @@ async function promptsOf(
   } finally {
     clearTimeout(hint);
   }
-  const text = Buffer.concat(chunks)
-    .toString('utf8')
-    .replace(/\r?\n$/, '');
+  // UTF-8 (its BOM dropped) or UTF-16 by its BOM; anything else refused, not read as U+FFFD or NUL-laced text.
+  const text = decodeText(Buffer.concat(chunks), 'stdin').replace(/\r?\n$/, '');
   if (text === '') {
     throw badArgs(
       `stdin is empty, and it is the prompt${dashes > 0 ? ' (--prompt -)' : ' (no --prompt given)'}: pipe the prompt in, or give --prompt TEXT`,
@@ -606,14 +606,19 @@ async function promptsOf(
   return prompts.length === 0 ? [text] : prompts.map((p) => (p === '-' ? text : p));
 }
 
-/** A file a flag names, as UTF-8 text; one that cannot be read is BAD_REQUEST naming the flag and the file. */
+/**
+ * A file a flag names, as text (UTF-8, its BOM dropped, or UTF-16 by its BOM: text-input.ts); one that cannot be
+ * read, or is not text, is BAD_REQUEST naming the flag and the file.
+ */
 function readTextFile(flag: string, file: string): string {
+  let bytes: Buffer;
   try {
-    return readFileSync(givenPath(flag, file), 'utf8');
+    bytes = readFileSync(givenPath(flag, file));
   } catch (err) {
     if (err instanceof KvdeskError) throw err;
     throw badArgs(`${flag}: cannot read ${file}: ${(err as Error).message}`);
   }
+  return decodeText(bytes, `${flag}: ${file}`);
 }
 
 /** A JSON file given to a flag (--json-schema, --tools); errors name the flag and the file. */
@@ -641,15 +646,26 @@ function round(n: number): number {
 /**
  * Text for a terminal, each character that is not one it shows as itself written as an escape (`\x1c`, `\u202e`):
  * control and format characters (the raw bytes of a file an error quotes, a line break in a folder's name, a
- * right-to-left override) and U+FFFD, what bytes that are not UTF-8 read as. They would break the table's lines, or
- * make text look like what it is not.
+ * right-to-left override or isolate, a zero-width space) and U+FFFD, what bytes that are not UTF-8 read as. They
+ * would break the table's lines, or make text look like what it is not. Kept as they are, being part of how the
+ * text is written (a path escaped so could not be pasted back): the zero-width joiner and non-joiner (U+200D joins
+ * an emoji of several, a woman and a laptop; U+200C keeps Persian letters apart) and the tags after a black flag
+ * (U+1F3F4), which make a flag's emoji (Scotland's).
  */
-function printable(text: string): string {
-  return text.replace(/[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Zl}\p{Zp}\ufffd]/gu, (c) => {
-    const code = c.codePointAt(0) as number;
-    const hex = code.toString(16);
-    return code <= 0xff ? `\\x${hex.padStart(2, '0')}` : code <= 0xffff ? `\\u${hex.padStart(4, '0')}` : `\\u{${hex}}`;
-  });
+export function printable(text: string): string {
+  return text.replace(
+    /\u{1f3f4}[\u{e0020}-\u{e007e}]+\u{e007f}|[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Zl}\p{Zp}\ufffd]/gu,
+    (c) => {
+      if (c === '\u200c' || c === '\u200d' || c.codePointAt(0) === 0x1f3f4) return c;
+      const code = c.codePointAt(0) as number;
+      const hex = code.toString(16);
+      return code <= 0xff
+        ? `\\x${hex.padStart(2, '0')}`
+        : code <= 0xffff
+          ? `\\u${hex.padStart(4, '0')}`
+          : `\\u{${hex}}`;
+    },
+  );
 }
 
 /** `kvdesk list`'s flags. */

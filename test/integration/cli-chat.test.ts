@@ -41,7 +41,10 @@ function kvdeskProcess(args: string[], input = ''): { code: number; stdout: stri
  * always): what the chat does with the lines it reads, without two Node processes for each run. What it writes on
  * stdout and stderr, and its exit code. Signals, a terminal and a reader gone run a real process (kvdeskProcess).
  */
-async function kvdesk(args: string[], input = ''): Promise<{ code: number; stdout: string; stderr: string }> {
+async function kvdesk(
+  args: string[],
+  input: string | Buffer = '',
+): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';
   let stderr = '';
   const io = { out: (s: string) => (stdout += s), err: (s: string) => (stderr += s) };
@@ -92,6 +95,27 @@ describe('kvdesk chat', () => {
     expect(r.stderr).toContain('the conversation was cleared');
     const replies = r.stdout.split('\n').filter((l) => l.length > 0);
     expect(replies.length).toBeGreaterThanOrEqual(3);
+  }, 60_000);
+
+  it('reads its turns as UTF-8, a BOM dropped, or UTF-16 by its BOM; bytes that are not text end it saying where', async () => {
+    const turns = 'Tell me about rivers.\nAnd lakes?\n';
+    const args = ['chat', defaultModelDir, ...GREEDY, '--verbose'];
+    const plain = await kvdesk(args, turns);
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(figures(plain.stderr)).toHaveLength(2);
+    // PowerShell 5 pipes UTF-16 LE with its BOM: the same turns, not NUL-laced text.
+    const wide = await kvdesk(args, Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(turns, 'utf16le')]));
+    expect(wide.code, wide.stderr).toBe(0);
+    expect(wide.stdout).toBe(plain.stdout);
+    expect(figures(wide.stderr)).toEqual(figures(plain.stderr));
+    // A UTF-8 BOM is no part of the first turn; a Latin-1 line later ends the chat there, naming its byte.
+    const mixed = await kvdesk(
+      args,
+      Buffer.concat([Buffer.from('\ufeffTell me about rivers.\n'), Buffer.from('And caf\xe9s?\n', 'latin1')]),
+    );
+    expect(mixed.code).toBe(2);
+    expect(figures(mixed.stderr)).toEqual(figures(plain.stderr).slice(0, 1));
+    expect(mixed.stderr).toContain('kvdesk: stdin is not UTF-8 text (byte 0xe9 at offset 32): save it as UTF-8\n');
   }, 60_000);
 
   it('a block is a message even when it starts with a slash, and one the input ends inside is still sent', async () => {

@@ -23,6 +23,7 @@ import {
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { GENERATE_OPTIONS, INSPECT_OPTIONS, LIST_OPTIONS, main } from '../../src/cli/main';
@@ -49,10 +50,16 @@ function kvdeskProcess(...args: string[]): CliRun {
  * is tested with kvdeskProcess and kvdeskWith.
  */
 async function kvdesk(...args: string[]): Promise<CliRun> {
+  return kvdeskFed(undefined, ...args);
+}
+
+/** kvdesk through main() as above, its stdin a pipe that gives `input` (none: the process's own). */
+async function kvdeskFed(input: Buffer | undefined, ...args: string[]): Promise<CliRun> {
   let stdout = '';
   let stderr = '';
   const before = processesRunning();
-  const code = await main(args, { out: (s) => (stdout += s), err: (s) => (stderr += s) });
+  const io = { out: (s: string) => (stdout += s), err: (s: string) => (stderr += s) };
+  const code = await main(args, io, input === undefined ? undefined : Readable.from([input]));
   // What a real process would have shown by never exiting: a command that leaves its engine running (an engine
   // that has exited is listed until its handle closes, a moment later).
   await expect
@@ -857,6 +864,73 @@ describe('CLI on the generated default model', () => {
     }
   });
 
+  it('takes a library id typed decomposed (NFD: as macOS writes names, and a paste from there brings them), as the server does', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-nfd-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      const emoji = path.join(work, 'émoji 👩🏽\u200d💻');
+      cpSync(defaultModelDir, emoji, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(emoji, await loadModelSpec(emoji));
+      await library.flush();
+      const decomposed = 'e\u0301moji';
+      expect(decomposed).not.toBe('émoji');
+      expect(decomposed.normalize('NFC')).toBe('émoji');
+      const inspected = await kvdesk('inspect', decomposed, '--data-dir', dataDir, '--json');
+      expect(inspected.code, inspected.stderr).toBe(0);
+      expect(inspected.json).toMatchObject({ id: 'émoji', root: emoji });
+      const args = ['--data-dir', dataDir, '--prompt-ids', '1,2', '--max-new-tokens', '2', '--json'];
+      const generated = await kvdesk('generate', decomposed, ...args);
+      expect(generated.code, generated.stderr).toBe(0);
+      expect(generated.json.tokenIds).toHaveLength(2);
+      // Its folder gone: said so of the id, typed either way.
+      rmSync(emoji, { recursive: true, force: true });
+      const gone = await kvdesk('generate', decomposed, ...args);
+      expect(gone.code).toBe(2);
+      expect((gone.json.error as { message: string }).message).toContain(
+        `the library's package of that id was at ${emoji}`,
+      );
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
+  it("list shows each folder's name as it is written: joiners kept (an emoji of several, Persian's ZWNJ), overrides escaped", async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-names-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      // An emoji of four joined by U+200D; Persian with a zero-width non-joiner (U+200C); a right-to-left override.
+      const emoji = path.join(work, 'émoji 👩🏽\u200d💻');
+      const persian = path.join(work, 'می\u200cخواهم');
+      const spoof = path.join(work, 'evil\u202etxt.onnx');
+      const library = await ModelLibrary.open(dataDir);
+      for (const dir of [spoof, persian, emoji]) {
+        cpSync(defaultModelDir, dir, { recursive: true });
+        await library.loaded(dir, await loadModelSpec(dir));
+      }
+      await library.flush();
+      const r = await kvdesk('list', '--data-dir', dataDir);
+      expect(r.code, r.stderr).toBe(0);
+      const lines = r.stdout.trimEnd().split('\n');
+      // The joiners are the names' own: each folder as it is, to be pasted back into a shell.
+      expect(lines[1]).toMatch(/^émoji {10}ok {5}989 KiB/);
+      expect(lines[1]?.endsWith(` ${emoji}`)).toBe(true);
+      expect(lines[2]).toMatch(/^می-خواهم {7}ok {5}989 KiB/);
+      expect(lines[2]?.endsWith(` ${persian}`)).toBe(true);
+      // An override still shows as its escape: the name is not made to look like what it is not.
+      expect(lines[3]).toMatch(/^evil-txt\.onnx {2}ok {5}989 KiB/);
+      expect(lines[3]?.endsWith(` ${path.join(work, 'evil\\u202etxt.onnx')}`)).toBe(true);
+      // FOLDER starts in the same cell on every row: under its heading.
+      for (const line of lines.slice(1)) expect(line.indexOf(work)).toBe(lines[0]?.indexOf('FOLDER'));
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
   it('list says a package is invalid in its row, and why on a line below, the bytes of a file it quotes escaped', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');
@@ -1435,6 +1509,61 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     expect(twice.code).toBe(2);
     expect((twice.json.error as { message: string }).message).toMatch(/--prompt - reads stdin once/);
   }, 60_000);
+
+  it('generate reads stdin and the files its flags name as UTF-8, its BOM dropped, or UTF-16 by its BOM; other bytes are refused saying where', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-encodings-'));
+    try {
+      const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+      const utf16le = (s: string) => Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(s, 'utf16le')]);
+      const utf16be = (s: string) => Buffer.concat([Buffer.from([0xfe, 0xff]), Buffer.from(s, 'utf16le').swap16()]);
+      const write = (name: string, bytes: Buffer) => {
+        writeFileSync(path.join(dir, name), bytes);
+        return path.join(dir, name);
+      };
+      const schema = JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] });
+      const prompt = 'Tell me about rivers.\n';
+      const args = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '12', '--json'];
+      const plain = await kvdeskFed(
+        Buffer.from(prompt),
+        ...args,
+        '--json-schema',
+        write('plain.json', Buffer.from(schema)),
+      );
+      expect(plain.code, plain.stderr).toBe(0);
+      // Notepad's and PowerShell's UTF-8: the mark is no part of the prompt (it was 3 tokens more) or of the JSON.
+      const marked = await kvdeskFed(
+        Buffer.concat([BOM, Buffer.from(prompt)]),
+        ...args,
+        '--json-schema',
+        write('bom.json', Buffer.concat([BOM, Buffer.from(schema)])),
+      );
+      expect(marked.code, marked.stderr).toBe(0);
+      expect(marked.json.promptTokens).toBe(plain.json.promptTokens);
+      expect(marked.json.tokenIds).toEqual(plain.json.tokenIds);
+      // PowerShell 5's `>`: UTF-16 LE; and BE. The same text, not text laced with NULs.
+      const wide = await kvdeskFed(utf16le(prompt), ...args, '--json-schema', write('be.json', utf16be(schema)));
+      expect(wide.code, wide.stderr).toBe(0);
+      expect(wide.json.promptTokens).toBe(plain.json.promptTokens);
+      expect(wide.json.tokenIds).toEqual(plain.json.tokenIds);
+      // Latin-1 ("café"): refused where it goes wrong, not read as U+FFFD; before anything loads.
+      const latin1 = Buffer.from('{"x": "caf\xe9"}', 'latin1');
+      const bad = await kvdeskFed(latin1, ...args);
+      expect(bad.code).toBe(2);
+      expect((bad.json.error as { message: string }).message).toBe(
+        'stdin is not UTF-8 text (byte 0xe9 at offset 10): save it as UTF-8',
+      );
+      const file = write('latin1.txt', latin1);
+      for (const flag of ['--json-schema', '--tools', '--prediction-file', '--chat-template']) {
+        const r = await kvdesk(...args, '--prompt', 'x', flag, file);
+        expect(r.code, flag).toBe(2);
+        expect((r.json.error as { message: string }).message, flag).toBe(
+          `${flag}: ${file} is not UTF-8 text (byte 0xe9 at offset 10): save it as UTF-8`,
+        );
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('--prompt-ids repeated is a batch, a row each, as --prompt repeated is (only the last was kept)', async () => {
     const args = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '4', '--json'];

@@ -522,7 +522,10 @@ export function tooLarge(size: number, limit: number, raise: string | undefined)
  * it holds more than `maxValues` values (json-guard.ts: JSON.parse's time and memory grow with them, on the one
  * thread every request is answered on). `raise`: how the person running the server raises the limit, where they can.
  */
-export function parseJson(body: Buffer, maxValues: number, raise?: string): unknown {
+export function parseJson(raw: Buffer, maxValues: number, raise?: string): unknown {
+  // A UTF-8 byte order mark before the JSON (PowerShell's and Notepad's files send one) is no part of it: RFC 8259
+  // lets a parser ignore it, and JSON.parse would refuse it. The guard counts the same bytes the parser reads.
+  const body = hasUtf8Bom(raw) ? raw.subarray(3) : raw;
   if (countJsonValues(body, maxValues) > maxValues) {
     const err = httpError(
       413,
@@ -538,6 +541,9 @@ export function parseJson(body: Buffer, maxValues: number, raise?: string): unkn
     throw httpError(400, `The request body is not valid JSON: ${(err as Error).message}`, 'invalid_json');
   }
 }
+
+/** Whether `bytes` begin with UTF-8's byte order mark (EF BB BF). */
+const hasUtf8Bom = (bytes: Uint8Array): boolean => bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf;
 
 /**
  * The order of one frame's parts on a stream of content blocks (Anthropic's blocks, the Responses API's items):

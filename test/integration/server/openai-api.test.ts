@@ -1826,6 +1826,17 @@ describe('refusals', () => {
     const body = (await res.json()) as { error: { code: string; type: string } };
     expect(body.error).toMatchObject({ code: 'invalid_json', type: 'invalid_request_error' });
   });
+
+  it('takes a body that begins with a UTF-8 byte order mark (a file PowerShell or Notepad saved) as the JSON after it', async () => {
+    const json = JSON.stringify({ model: 'default', prompt: 'a', max_tokens: 2, temperature: 0 });
+    const post = (body: Buffer) =>
+      fetch(`${t.url}/v1/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+    const plain = await post(Buffer.from(json));
+    const marked = await post(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(json)]));
+    expect(marked.status, await marked.clone().text()).toBe(200);
+    const text = (res: Response) => res.json().then((b) => (b as { choices: { text: string }[] }).choices[0]?.text);
+    expect(await text(marked)).toBe(await text(plain));
+  });
 });
 
 describe('failures inside the server', () => {

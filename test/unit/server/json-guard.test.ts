@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { parseJson } from '../../../src/main/server/http-util';
 import { countJsonValues, maxJsonValuesFor, UI_BYTES_PER_VALUE } from '../../../src/main/server/json-guard';
 
 const count = (text: string, max = 1e9) => countJsonValues(Buffer.from(text), max);
@@ -104,5 +105,31 @@ describe('countJsonValues', () => {
     );
     // Per byte, so at every size limit (a million at the least).
     expect(countJsonValues(save, Number.POSITIVE_INFINITY) * UI_BYTES_PER_VALUE).toBeLessThanOrEqual(save.length);
+  });
+});
+
+describe('parseJson', () => {
+  const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+  const status = (fn: () => unknown) => {
+    try {
+      fn();
+      return 'parsed';
+    } catch (err) {
+      return (err as { status?: number; body?: { error?: { code?: string } } }).body?.error?.code;
+    }
+  };
+
+  it('skips a leading UTF-8 byte order mark, which RFC 8259 lets a parser ignore; the guard counts the same bytes', () => {
+    const body = '{"model":"émoji","messages":[{"role":"user","content":"\ufeff stays"}]}';
+    expect(parseJson(Buffer.concat([BOM, Buffer.from(body)]), 100)).toEqual(JSON.parse(body));
+    // 1 + the object's two containers and commas: 5 values; a limit of 4 is over with the mark as without it.
+    const values = countJsonValues(Buffer.from(body), 1e9);
+    expect(status(() => parseJson(Buffer.concat([BOM, Buffer.from(body)]), values))).toBe('parsed');
+    expect(status(() => parseJson(Buffer.concat([BOM, Buffer.from(body)]), values - 1))).toBe('payload_too_large');
+    // Only at the start, and only once: a second mark, or one in the middle, is not JSON.
+    expect(status(() => parseJson(Buffer.concat([BOM, BOM, Buffer.from(body)]), 100))).toBe('invalid_json');
+    expect(status(() => parseJson(Buffer.concat([Buffer.from(' '), BOM, Buffer.from(body)]), 100))).toBe(
+      'invalid_json',
+    );
   });
 });
