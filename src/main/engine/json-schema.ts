@@ -879,8 +879,8 @@ function compileRef(
   const beside = Object.keys(s).find((k) => k !== reference.keyword && !DESCRIBING.has(k));
   if (beside !== undefined) {
     throw new SchemaError(
-      placeOf(path, beside, false),
-      `${JSON.stringify(beside)} beside "$ref" is not supported: move it into the definition`,
+      `${path}.${beside}`,
+      `"${beside}" beside "$ref" is not supported: move it into the definition`,
     );
   }
   const target = resolveRef(reference.ref, `${path}.${reference.key}`, reference.holder, refs.index);
@@ -944,9 +944,7 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
   for (const key of Object.keys(s)) {
     // Definitions are read through $ref only (Pydantic's and zod-to-json-schema's, often unused or empty).
     if ((key === '$defs' || key === 'definitions') && isPlainObject(s[key])) continue;
-    if (!ANNOTATIONS.has(key)) {
-      throw new SchemaError(placeOf(path, key, false), `${JSON.stringify(key)} is not supported by kvdesk`);
-    }
+    if (!ANNOTATIONS.has(key)) throw new SchemaError(`${path}.${key}`, `"${key}" is not supported by kvdesk`);
   }
   const extra = s.additionalProperties;
   if (extra !== undefined && typeof extra !== 'boolean' && !isPlainObject(extra)) {

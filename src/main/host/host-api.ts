@@ -736,14 +736,14 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       if (still?.error) {
         throw new KvdeskError(
           'MODEL_NOT_LOADED',
-          `model ${JSON.stringify(id)} is in the library, but its package cannot load: ${still.error.message}`,
+          `model "${id}" is in the library, but its package cannot load: ${still.error.message}`,
           { field: 'model' },
         );
       }
       const known = [...runner.listModels().map((m) => m.id), ...hostApiLoadable().map((e) => e.id)];
       throw new KvdeskError(
         'MODEL_NOT_LOADED',
-        `model ${JSON.stringify(id)} is neither loaded nor in the library (known: ${known.join(', ') || 'none'})`,
+        `model "${id}" is neither loaded nor in the library (known: ${known.join(', ') || 'none'})`,
         { field: 'model' },
       );
     }

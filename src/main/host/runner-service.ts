@@ -976,7 +976,7 @@ export class RunnerService {
     const m = this.models.get(id);
     if (!m) {
       const loaded = [...this.models.keys()].join(', ') || 'none';
-      throw new KvdeskError('MODEL_NOT_LOADED', `model ${JSON.stringify(id)} is not loaded (loaded: ${loaded})`);
+      throw new KvdeskError('MODEL_NOT_LOADED', `model "${id}" is not loaded (loaded: ${loaded})`);
     }
     return m;
   }

@@ -418,7 +418,7 @@ function unheldBesideJson(tools: readonly ToolDefinition[], format: ToolCallForm
   if (format.xml === 'glm') {
     why = "this model writes calls as GLM's XML tags, which kvdesk reads but cannot hold to a grammar";
   } else if (free >= 0) {
-    why = `tools[${free}].parameters (${JSON.stringify((tools[free] as ToolDefinition).name)}) takes keys it does not list (additionalProperties beside properties${format.xml ? ', or no properties in this XML call form' : ''}), which kvdesk cannot hold a call to`;
+    why = `tools[${free}].parameters ("${(tools[free] as ToolDefinition).name}") takes keys it does not list (additionalProperties beside properties${format.xml ? ', or no properties in this XML call form' : ''}), which kvdesk cannot hold a call to`;
     field = `tools[${free}].parameters`;
   } else {
     // The tool whose schema the grammar could not take, and where (a recursive $ref, say).
@@ -428,7 +428,7 @@ function unheldBesideJson(tools: readonly ToolDefinition[], format: ToolCallForm
       } catch (err) {
         if (!(err instanceof SchemaError)) throw err;
         const inner = err.path.slice('schema'.length);
-        why = `kvdesk cannot hold a call to tools[${i}].parameters${inner} (${JSON.stringify(t.name)}): ${err.message.slice(err.path.length + 2)}`;
+        why = `kvdesk cannot hold a call to tools[${i}].parameters${inner} ("${t.name}"): ${err.message.slice(err.path.length + 2)}`;
         field = `tools[${i}].parameters${inner}`;
         break;
       }

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
-import { quotesIn, withoutFolders } from './hide-paths';
+import { withoutFolders } from './hide-paths';
 import { BYTES_PER_VALUE, countJsonValues, grouped } from './json-guard';
 
 /** Headers on every API answer: nothing is cacheable, nothing is sniffed. */
@@ -230,44 +230,30 @@ function clientMessagePath(path: string, api: ParamApi, origins: readonly Messag
  * A host refusal's text in the API's own names: the messages it names where the client wrote them, the field
  * at fault as its parameter, and the contract's names of the fields it mentions (`toolChoice (tool_choice)`).
  */
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
 function clientMessage(message: string, field: string | undefined, param: string | null, hint: ParamHint): string {
   const api = hint.api ?? 'chat';
-  let text = message;
-  // kvdesk's own words only: what it quotes (the request's model, a name) is left as it is, as it was sent.
-  const rename = (re: RegExp, to: (match: string, ...groups: string[]) => string) => {
-    const quotes = quotesIn(text);
-    text = text.replace(re, (match: string, ...rest: unknown[]) => {
-      const at = rest.find((x) => typeof x === 'number') as number;
-      if (quotes.some((q) => at > q.start && at < q.end)) return match;
-      return to(match, ...(rest.filter((x) => typeof x === 'string' || x === undefined) as string[]));
-    });
-  };
-  rename(MESSAGE_PATH, (path) => clientMessagePath(path, api, hint.origins));
-  rename(/\btoolCallId \(tool_call_id\)/g, () => CALL_ID[api]);
-  // A choice named with its value, as each API writes it (Anthropic's is an object).
-  rename(/\btoolChoice \(tool_choice\) "(none|auto)"/g, (_, v) =>
-    api === 'anthropic' ? `tool_choice {"type": "${v}"}` : `tool_choice "${v}"`,
-  );
-  rename(/\btoolChoice \(tool_choice\)/g, () => 'tool_choice');
-  rename(/\bsampling\.logitBias \(logit_bias\)/g, () => 'logit_bias');
-  rename(/\(responseFormat \/ jsonSchema\)/g, () => `(${JSON_OUTPUT[api]})`);
-  rename(
-    /\bjsonSchema \(json_schema\.schema\)/g,
-    () => `${JSON_OUTPUT[api]}${api === 'chat' ? '.json_schema' : ''}.schema`,
-  );
-  // A tool's schema where each API keeps it (the Responses API keeps it on the tool itself).
-  rename(/\btools\[(\d+)\]\.parameters\b/g, (_, i) => `tools[${i}].${TOOL_SCHEMA[api]}`);
-  // The contract's names of the other fields a tool-choice or JSON refusal mentions.
-  rename(/\btools\[(\d+)\]\.name\b/g, (_, i) => `tools[${i}].${api === 'chat' ? 'function.name' : 'name'}`);
+  const text = message
+    .replace(MESSAGE_PATH, (path) => clientMessagePath(path, api, hint.origins))
+    .replace(/\btoolCallId \(tool_call_id\)/g, CALL_ID[api])
+    // A choice named with its value, as each API writes it (Anthropic's is an object).
+    .replace(/\btoolChoice \(tool_choice\) "(none|auto)"/g, (_, v: string) =>
+      api === 'anthropic' ? `tool_choice {"type": "${v}"}` : `tool_choice "${v}"`,
+    )
+    .replace(/\btoolChoice \(tool_choice\)/g, 'tool_choice')
+    .replace(/\bsampling\.logitBias \(logit_bias\)/g, 'logit_bias')
+    .replace(/\(responseFormat \/ jsonSchema\)/g, `(${JSON_OUTPUT[api]})`)
+    .replace(
+      /\bjsonSchema \(json_schema\.schema\)/g,
+      `${JSON_OUTPUT[api]}${api === 'chat' ? '.json_schema' : ''}.schema`,
+    )
+    // A tool's schema where each API keeps it (the Responses API keeps it on the tool itself).
+    .replace(/\btools\[(\d+)\]\.parameters\b/g, (_, i: string) => `tools[${i}].${TOOL_SCHEMA[api]}`)
+    // The contract's names of the other fields a tool-choice or JSON refusal mentions.
+    .replace(/\btools\[(\d+)\]\.name\b/g, (_, i: string) => `tools[${i}].${api === 'chat' ? 'function.name' : 'name'}`);
   if (field === undefined || param === null || field.startsWith('messages[')) return text;
-  text = text.replace(/^invalid generate request: field [^:]+:/, `invalid ${param}:`);
+  const named = text.replace(/^invalid generate request: field [^:]+:/, `invalid ${param}:`);
   // Only a path-like name (`sampling.topP`, `tools[0].name`) is replaced in the rest: a plain word may be prose too.
-  if (/[.[]/.test(field)) rename(new RegExp(escapeRegExp(field), 'g'), () => param);
-  return text;
+  return /[.[]/.test(field) ? named.split(field).join(param) : named;
 }
 
 /**

@@ -249,7 +249,7 @@ export function chatMessages(raw: unknown[]): ChatMessage[] {
   const unanswered = (before: string) => {
     const first = pending[0] as { call: ToolCall; where: string };
     return bad(
-      `${first.where} (${JSON.stringify(first.call.name)}) has no tool result before ${before}: send a {"role": "tool", "tool_name": ${JSON.stringify(first.call.name)}, "content": …} message for each call, right after the assistant message that made it.`,
+      `${first.where} (${first.call.name}) has no tool result before ${before}: send a {"role": "tool", "tool_name": "${first.call.name}", "content": …} message for each call, right after the assistant message that made it.`,
       first.where,
     );
   };
@@ -259,7 +259,7 @@ export function chatMessages(raw: unknown[]): ChatMessage[] {
     const role = typeof m.role === 'string' ? m.role.toLowerCase() : m.role;
     if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'tool') {
       throw bad(
-        `messages[${i}].role must be system, user, assistant or tool, got ${JSON.stringify(m.role)}.`,
+        `messages[${i}].role must be system, user, assistant or tool, got ${JSON.stringify(role)}.`,
         `messages[${i}].role`,
       );
     }
@@ -277,10 +277,9 @@ export function chatMessages(raw: unknown[]): ChatMessage[] {
       if (at < 0 && name === undefined) at = 0;
       const match = pending[at];
       if (at < 0 || !match) {
-        // Names the client sent, quoted as such (hide-paths.ts leaves them as they were sent).
-        const open = pending.map((p) => JSON.stringify(p.call.name)).join(', ');
+        const open = pending.map((p) => p.call.name).join(', ');
         throw bad(
-          `messages[${i}] is a tool result${name ? ` of ${JSON.stringify(name)}` : ''} that answers no call of the assistant message before it (${open ? `still unanswered: ${open}` : 'it has no unanswered calls'}).`,
+          `messages[${i}] is a tool result${name ? ` of "${name}"` : ''} that answers no call of the assistant message before it (${open ? `still unanswered: ${open}` : 'it has no unanswered calls'}).`,
           `messages[${i}]`,
         );
       }
@@ -410,7 +409,7 @@ export function resolveModel(name: string, ids: readonly string[]): string {
   const known = ids.length > 0 ? ids.join(', ') : 'none';
   throw httpError(
     404,
-    `model ${JSON.stringify(name)} not found: kvdesk knows ${known} (GET /api/tags lists them; add packages with --model or the UI).`,
+    `model "${name}" not found: kvdesk knows ${known} (GET /api/tags lists them; add packages with --model or the UI).`,
     'model_not_found',
     'model',
   );

@@ -267,7 +267,7 @@ function responseFormat(body: Body): 'json' | { schema: Record<string, unknown> 
     return { schema: schema as Record<string, unknown> };
   }
   throw bad(
-    `response_format ${JSON.stringify(rf.type)} is not supported: use "text", "json_object" or "json_schema".`,
+    `response_format "${String(rf.type)}" is not supported: use "text", "json_object" or "json_schema".`,
     'response_format',
   );
 }

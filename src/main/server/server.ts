@@ -14,7 +14,7 @@ import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { ownPackage } from '../host/own-package';
 import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
-import { clientSent, hideFoldersIn, knownFolders, sentNoJson } from './hide-paths';
+import { hideFoldersIn, knownFolders } from './hide-paths';
 import {
   API_HEADERS,
   errorFromInfo,
@@ -278,18 +278,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     return [...models.value, ...hostApi.loadable()];
   }
 
-  /** The request's JSON body; what it sent is the client's own, which an error to it quotes as it is (hide-paths.ts). */
-  async function jsonBody(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
-    const text = await readBody(req, maxJsonBytes, opts.raiseLimits?.json);
-    let body: unknown;
-    try {
-      body = parseJson(text, maxJsonValues, opts.raiseLimits?.json);
-    } catch (err) {
-      sentNoJson(res);
-      throw err;
-    }
-    clientSent(res, body);
-    return body;
+  async function jsonBody(req: IncomingMessage): Promise<unknown> {
+    return parseJson(await readBody(req, maxJsonBytes, opts.raiseLimits?.json), maxJsonValues, opts.raiseLimits?.json);
   }
 
   async function route(req: IncomingMessage, res: ServerResponse, url: URL, setCookie: string | null): Promise<void> {
@@ -366,23 +356,23 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       case '/v1/chat/completions':
       case '/v1/completions': {
         only('POST');
-        const body = await jsonBody(req, res);
+        const body = await jsonBody(req);
         await serveCompletion(p === '/v1/chat/completions' ? 'chat' : 'completion', hostApi, body, req, res);
         return;
       }
       case '/v1/messages': {
         only('POST');
-        await serveMessages(hostApi, await jsonBody(req, res), req, res);
+        await serveMessages(hostApi, await jsonBody(req), req, res);
         return;
       }
       case '/v1/messages/count_tokens': {
         only('POST');
-        await serveCountTokens(hostApi, await jsonBody(req, res), res);
+        await serveCountTokens(hostApi, await jsonBody(req), res);
         return;
       }
       case '/v1/responses': {
         only('POST');
-        await serveResponse(hostApi, await jsonBody(req, res), req, res);
+        await serveResponse(hostApi, await jsonBody(req), req, res);
         return;
       }
       case '/v1/kvdesk/budget': {
@@ -414,13 +404,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       case '/api/chat':
       case '/api/generate': {
         only('POST');
-        const body = await jsonBody(req, res);
+        const body = await jsonBody(req);
         await serveOllamaGeneration(p === '/api/chat' ? 'chat' : 'generate', hostApi, body, req, res);
         return;
       }
       case '/api/show': {
         only('POST');
-        await serveOllamaShow(hostApi, await jsonBody(req, res), res);
+        await serveOllamaShow(hostApi, await jsonBody(req), res);
         return;
       }
       case '/api/tags': {
@@ -440,12 +430,12 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
       case '/api/delete': {
         only('DELETE');
-        await serveOllamaDelete(hostApi, await jsonBody(req, res), res);
+        await serveOllamaDelete(hostApi, await jsonBody(req), res);
         return;
       }
       case '/api/pull': {
         only('POST');
-        await servePull(hostApi, await jsonBody(req, res), res);
+        await servePull(hostApi, await jsonBody(req), res);
         return;
       }
     }
@@ -474,7 +464,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         const known = models.map((m) => m.id).join(', ') || 'none';
         throw httpError(
           404,
-          `model ${JSON.stringify(id)} is neither loaded nor in the library (known: ${known})`,
+          `model "${id}" is neither loaded nor in the library (known: ${known})`,
           'model_not_found',
           'model',
         );
@@ -620,7 +610,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       // kvdesk's own errors to it name no folder of this computer (its listings leave `root` out: modelJson); what a
       // model generates goes as it is. The UI's own page (which `*` lets in here too) and clients without an Origin
       // keep them.
-      if (fromAnotherSite(req, url, policy)) hideFoldersIn(res, () => knownFolders(hostApi), req);
+      if (fromAnotherSite(req, url, policy)) hideFoldersIn(res, () => knownFolders(hostApi));
       if (req.method === 'OPTIONS' && policy.allowedHosts.has(req.headers.host?.toLowerCase() ?? '')) {
         res.writeHead(204, {
           'access-control-allow-methods': 'GET, POST, OPTIONS',

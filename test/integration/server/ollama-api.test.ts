@@ -243,7 +243,7 @@ describe('POST /api/chat', () => {
       stream: false,
     });
     expect(open.status).toBe(400);
-    expect(((await open.json()) as { error: string }).error).toMatch(/^messages\[1\]\.tool_calls\[0\] \("set_lamp"\)/);
+    expect(((await open.json()) as { error: string }).error).toMatch(/^messages\[1\]\.tool_calls\[0\] \(set_lamp\)/);
   });
 });
 

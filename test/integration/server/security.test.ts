@@ -444,7 +444,7 @@ describe('a page of any origin (--allow-origin *) is answered without the folder
     expect(listed.data.find((m) => m.id === 'pkg')?.kvdesk).not.toHaveProperty('root');
     // A package whose folder lost its config: the error names the folder, except to the page of another origin.
     await rm(path.join(pkg, 'config.json'));
-    const chat = (origin?: string, sent: object = {}) =>
+    const chat = (origin?: string) =>
       rawRequest(t.url, {
         method: 'POST',
         path: '/v1/chat/completions',
@@ -453,7 +453,7 @@ describe('a page of any origin (--allow-origin *) is answered without the folder
           'content-type': 'application/json',
           ...(origin ? { origin } : {}),
         },
-        body: JSON.stringify({ model: 'pkg', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1, ...sent }),
+        body: JSON.stringify({ model: 'pkg', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
       });
     const plain = await chat();
     expect(plain.status).toBeGreaterThanOrEqual(400);
@@ -464,12 +464,6 @@ describe('a page of any origin (--allow-origin *) is answered without the folder
     for (const f of folders) expect(foreign.body, f).not.toContain(f);
     expect(foreign.body).toContain('<folder of model pkg>');
     expect(() => JSON.parse(foreign.body)).not.toThrow();
-    // A page that sends the folder it guesses (as text the error does not quote) gets the stand-in all the same:
-    // what kvdesk names itself is hidden even where the request holds that text too.
-    for (const guess of [pkg, path.join(pkg, 'config.json'), base]) {
-      const guessed = await chat(EVIL, { user: guess, stop: [guess] });
-      expect(guessed.body, guess).toBe(foreign.body);
-    }
     // Its streams still go out whole (the answer is read as it is written): OpenAI's events, Ollama's lines.
     const streamed = await rawRequest(t.url, {
       method: 'POST',
@@ -550,109 +544,6 @@ describe('a page of any origin (--allow-origin *) is answered without the folder
     });
     expect(ollama.status, ollama.body).toBe(200);
     expect(JSON.parse(JSON.parse(ollama.body).response)).toEqual({ path: file });
-  });
-});
-
-describe('a page of another origin gets back what it sent as it sent it: no oracle of the folders kvdesk hides', () => {
-  let t: TestServer;
-  /** A package that is in no library: a `model` that names its folder must not load it. */
-  let outside: string;
-  beforeAll(async () => {
-    t = await startTestServer({}, { allowedOrigins: ['http://example.test'] });
-    outside = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-outside-pkg-'));
-    await cp(defaultModelDir, outside, { recursive: true });
-  });
-  afterAll(async () => {
-    await t?.close();
-    await rm(outside, { recursive: true, force: true });
-  });
-
-  it('an error quotes the model, a role, the body the page sent as they were sent, on every API', async () => {
-    // Guesses of the home, data and model folders, and one that is no folder: each must come back as it was sent
-    // (were a folder's rewritten, `"~/x"` for the home folder's, the page could tell which guess is right).
-    const guesses = [
-      path.join(os.homedir(), 'x'),
-      os.homedir(),
-      path.join(t.dataDir, 'x'),
-      defaultModelDir,
-      outside,
-      '/no-such-folder/x',
-      // With a double quote in it (JSON writes it `\"`), or a space before the folder (a whole path in any text).
-      `a"${path.join(os.homedir(), 'x')}`,
-      ` ${path.join(os.homedir(), 'x')}`,
-      // With names kvdesk puts in each API's own words in its own text (not in what it quotes).
-      `messages[1].toolCalls[0] toolCallId (tool_call_id) ${path.join(os.homedir(), 'x')}`,
-    ];
-    const post = (p: string, body: string, origin?: string) =>
-      rawRequest(t.url, {
-        method: 'POST',
-        path: p,
-        headers: {
-          host: `127.0.0.1:${t.server.port}`,
-          'content-type': 'application/json',
-          'anthropic-version': '2023-06-01',
-          ...(origin ? { origin } : {}),
-        },
-        body,
-      });
-    const hi = [{ role: 'user', content: 'hi' }];
-    for (const guess of guesses) {
-      const asks: Array<[string, string, string?]> = [
-        ['/v1/chat/completions', JSON.stringify({ model: guess, messages: hi })],
-        ['/v1/chat/completions', JSON.stringify({ model: 'default', messages: [{ role: guess, content: 'hi' }] })],
-        ['/v1/completions', JSON.stringify({ model: guess, prompt: 'hi' })],
-        ['/v1/messages', JSON.stringify({ model: guess, max_tokens: 2, messages: hi })],
-        [
-          '/v1/messages',
-          JSON.stringify({ model: 'default', max_tokens: 2, messages: [{ role: guess, content: 'hi' }] }),
-        ],
-        ['/v1/responses', JSON.stringify({ model: guess, input: 'hi' })],
-        ['/v1/responses', JSON.stringify({ model: 'default', input: [{ role: guess, content: 'hi' }] })],
-        ['/api/chat', JSON.stringify({ model: guess, messages: hi })],
-        [
-          '/api/chat',
-          JSON.stringify({ model: 'default', messages: [{ role: guess.toUpperCase(), content: 'hi' }] }),
-          guess.toUpperCase(),
-        ],
-        ['/api/generate', JSON.stringify({ model: guess, prompt: 'hi' })],
-        ['/api/show', JSON.stringify({ model: guess })],
-        // A key of a tool's schema that kvdesk cannot hold a call to.
-        [
-          '/api/chat',
-          JSON.stringify({
-            model: 'default',
-            messages: hi,
-            format: 'json',
-            tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', [guess]: 1 } } }],
-          }),
-        ],
-        // A body that is no JSON: the parser's message quotes it, or 10 characters of it (cut where it likes).
-        ['/v1/chat/completions', guess, guess.slice(0, 5)],
-        ['/api/chat', `{"model": ${guess}}`, guess.slice(0, 5)],
-        ['/v1/messages', `{"model": ${guess}/and/more}`, guess.slice(0, 5)],
-      ];
-      for (const [p, body, echoed = guess] of asks) {
-        const plain = await post(p, body);
-        const foreign = await post(p, body, 'http://example.test');
-        expect(foreign.status, `${p} ${body}`).toBeGreaterThanOrEqual(400);
-        expect(foreign.headers['access-control-allow-origin']).toBe('http://example.test');
-        // Said as to a client that is no web page, the guess in it as it was sent.
-        expect(foreign.body, `${p} ${body}`).toBe(plain.body);
-        const { error } = JSON.parse(foreign.body) as { error: string | { message: string } };
-        const said = typeof error === 'string' ? error : error.message;
-        // As it was sent, or as JSON writes it (a double quote in it escaped).
-        expect(said.includes(echoed) || said.includes(JSON.stringify(echoed)), `${p} ${body}: ${said}`).toBe(true);
-      }
-      const byId = await rawRequest(t.url, {
-        path: `/v1/models/${encodeURIComponent(guess)}`,
-        headers: { host: `127.0.0.1:${t.server.port}`, origin: 'http://example.test' },
-      });
-      expect(byId.status, guess).toBe(404);
-      expect(JSON.parse(byId.body).error.message, guess).toContain(JSON.stringify(guess));
-    }
-    // A model is named by its id, never by a folder: the package named by its path was not loaded, nor listed.
-    expect(t.runner.listModels().map((m) => m.id)).toEqual(['default']);
-    expect(t.hostApi.library.list().map((e) => e.root)).not.toContain(outside);
   });
 });
 
