@@ -25,6 +25,7 @@ import type {
 import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
+import { cutText } from '../../shared/text';
 import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
@@ -1730,6 +1731,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     runTurn(threadId, [], after?.id, after?.role === 'assistant' ? after.id : undefined);
   }
 
+  /** What a branch's title ends with (the title before it cut to leave room for it, as a title is 200 at most). */
+  const BRANCH = ' (branch)';
+
   /**
    * A new chat with this one's settings and its first `count` messages (a reply still streaming is not part of
    * what was said yet); it opens.
@@ -1740,7 +1744,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const branch: Thread = {
       ...t,
       id: newId('t', now),
-      title: `${t.title} (branch)`.slice(0, 200),
+      title: `${cutText(t.title, 200 - BRANCH.length)}${BRANCH}`,
       createdAt: now,
       updatedAt: now,
       messages: t.messages
@@ -2016,7 +2020,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     savePreset(threadId, name) {
       const t = s().threads.find((x) => x.id === threadId);
-      const clean = name.trim().slice(0, 80);
+      const clean = cutText(name.trim(), 80);
       if (!t || !clean) return;
       const preset: Preset = { name: clean, ...carriedSettings(t) };
       const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
@@ -2080,7 +2084,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       return null;
     },
     async searchThreads(query) {
-      const r = await api.invoke('searchThreads', { query: query.slice(0, 1000) });
+      const r = await api.invoke('searchThreads', { query: cutText(query, 1000) });
       return r.ok ? r.value : null;
     },
     importThread(text, fileName) {
@@ -2090,7 +2094,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const taken = new Set(s().threads.map((t) => t.title));
       let title = r.thread.title;
       for (let n = 1; taken.has(title); n++)
-        title = `${r.thread.title.slice(0, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
+        title = `${cutText(r.thread.title, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
       s().addThread({ ...r.thread, title });
       s().chatMade();
       s().setView('chat');

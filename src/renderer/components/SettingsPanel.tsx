@@ -4,6 +4,7 @@ import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { SearchDefaults } from '../../shared/model-spec';
 import { reasoningWhere } from '../../shared/reasoning';
+import { cutText } from '../../shared/text';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { schemaProblem } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
@@ -261,7 +262,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
     setAsking(null);
   };
   const askSave = () => {
-    const clean = name.trim().slice(0, 80);
+    const clean = cutText(name.trim(), 80);
     if (!clean) return;
     if (presets.some((p) => p.name === clean)) setAsking({ kind: 'replace', name: clean });
     else save(clean);

@@ -2,6 +2,7 @@
  * Two pages on one chat (DOM-free, for the bridge and its tests).
  */
 import type { StoredMessage, Thread } from '../../shared/api';
+import { cutText } from '../../shared/text';
 import { stable } from './presets';
 
 /**
@@ -77,7 +78,7 @@ export const CONFLICTED_COPY = ' (conflicted copy)';
 
 /** The title of chat `title`'s conflicted copy (at most 200 characters, as any title). */
 export function conflictTitle(title: string): string {
-  return `${title.slice(0, 200 - CONFLICTED_COPY.length)}${CONFLICTED_COPY}`;
+  return `${cutText(title, 200 - CONFLICTED_COPY.length)}${CONFLICTED_COPY}`;
 }
 
 /**
