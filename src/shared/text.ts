@@ -1,5 +1,6 @@
 /**
- * Text cut to a length (pure, unit-tested): shared, so that the window and kvdesk cut alike.
+ * Text cut to a length and text compared in search (pure, unit-tested): shared, so that the window and kvdesk cut
+ * and search alike.
  *
  * A length here is JavaScript's: UTF-16 code units, as `String.length` and zod's `.max()` count them, so a text cut
  * to `max` passes a check of `.max(max)`.
@@ -37,3 +38,11 @@ export function cutText(text: string, max: number): string {
   return text.slice(0, end);
 }
 
+/**
+ * A text as search compares it: lower case, and in Unicode's composed form (NFC), so `é` typed as one code point
+ * (U+00E9) finds an `e` followed by a combining acute (U+0301), and the other way round. Both sides of a search go
+ * through it.
+ */
+export function searchForm(text: string): string {
+  return text.toLowerCase().normalize('NFC');
+}

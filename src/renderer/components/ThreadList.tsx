@@ -7,6 +7,7 @@
 import { type KeyboardEvent, memo, useCallback, useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
+import { searchForm } from '../../shared/text';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
 import { importTooLarge } from '../lib/thread-export';
@@ -15,14 +16,15 @@ import { CHAT_LIST_ID, narrowWindow, useNarrowWindow } from './Header';
 import { PinIcon } from './Icons';
 
 /**
- * A message's searchable text (its content and files, lower case), kept while the message object is unchanged:
- * a reply streaming while a search is typed re-reads only itself each frame, not its whole chat.
+ * A message's searchable text (its content and files, in search's form: lower case, composed), kept while the
+ * message object is unchanged: a reply streaming while a search is typed re-reads only itself each frame, not its
+ * whole chat.
  */
 const haystacks = new WeakMap<StoredMessage, string>();
 function haystack(m: StoredMessage): string {
   let h = haystacks.get(m);
   if (h === undefined) {
-    h = [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])].join('\n').toLowerCase();
+    h = searchForm([m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])].join('\n'));
     haystacks.set(m, h);
   }
   return h;
@@ -39,10 +41,10 @@ export function matchingThreadIds(
   unfetched: Record<string, unknown> = {},
   found: ReadonlySet<string> = new Set(),
 ): string[] {
-  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  const words = searchForm(query).split(/\s+/).filter(Boolean);
   if (words.length === 0) return threads.map((t) => t.id);
   const has = (t: Thread, w: string) =>
-    t.title.toLowerCase().includes(w) || t.messages.some((m) => haystack(m).includes(w));
+    searchForm(t.title).includes(w) || t.messages.some((m) => haystack(m).includes(w));
   return threads
     .filter((t) => (Object.hasOwn(unfetched, t.id) && found.has(t.id)) || words.every((w) => has(t, w)))
     .map((t) => t.id);

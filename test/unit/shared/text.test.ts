@@ -1,6 +1,7 @@
 /**
  * Text cut to a length (shared/text.ts) and where the window cuts: a title, a chat's renamed title, a preset's or
- * a file's name cut inside an emoji was saved with half of it (a lone surrogate).
+ * a file's name cut inside an emoji was saved with half of it (a lone surrogate); and search's form, which makes an
+ * accent typed composed find it written decomposed and the other way round.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -10,7 +11,7 @@ import { parseThreadImport } from '../../../src/renderer/lib/thread-export';
 import { createAppStore } from '../../../src/renderer/store';
 import { titleFrom } from '../../../src/renderer/store/chat-slice';
 import { Thread, ThreadFields } from '../../../src/shared/api';
-import { cutText } from '../../../src/shared/text';
+import { cutText, searchForm } from '../../../src/shared/text';
 
 /** A lone surrogate: half of a character outside the BMP (the u flag matches a surrogate only when it is alone). */
 const LONE = /[\uD800-\uDFFF]/u;
@@ -114,5 +115,15 @@ describe('texts the window cuts', () => {
     const r = attachmentFrom(`${emojiAt(255)}.txt`, new TextEncoder().encode('text'));
     if (!r.ok) throw new Error(r.error);
     expect(r.attachment.name).toBe('a'.repeat(254));
+  });
+});
+
+describe('searchForm', () => {
+  it('is lower case and composed, whichever way an accent was written', () => {
+    expect(searchForm('CAF\u00c9')).toBe('caf\u00e9');
+    expect(searchForm('Cafe\u0301')).toBe('caf\u00e9');
+    expect(searchForm('e\u0301').includes(searchForm('\u00e9'))).toBe(true);
+    expect(searchForm('\u00e9').includes(searchForm('E\u0301'))).toBe(true);
+    expect(searchForm('한국어')).toBe('한국어'.normalize('NFC'));
   });
 });
