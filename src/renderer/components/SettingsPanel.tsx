@@ -305,7 +305,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
             setAsking({ kind: 'delete', name: pickedPreset.name });
           }}
         >
-          delete “{pickedPreset.name}”
+          delete “<bdi>{pickedPreset.name}</bdi>”
         </button>
       )}
       {asking && (
@@ -359,6 +359,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           <input
             type="text"
             data-testid="preset-name"
+            dir="auto"
             ref={nameRef}
             aria-label="preset name"
             maxLength={80}
@@ -697,6 +698,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
         system prompt
         <textarea
           data-testid="system-prompt"
+          dir="auto"
           defaultValue={thread.systemPrompt ?? ''}
           placeholder="None. For example: You are a helpful assistant."
           onChange={(e) => {

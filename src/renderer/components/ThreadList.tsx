@@ -142,6 +142,7 @@ const ThreadItem = memo(function ThreadItem({
           type="text"
           data-testid="thread-rename-input"
           aria-label="Chat title"
+          dir="auto"
           value={renaming}
           // biome-ignore lint/a11y/noAutofocus: renaming is started on purpose by the person
           autoFocus
@@ -182,6 +183,8 @@ const ThreadItem = memo(function ThreadItem({
         type="button"
         className="title"
         data-testid="thread-title"
+        // A Hebrew or Arabic title reads, and is cut (its ellipsis), right to left.
+        dir="auto"
         ref={titleRef}
         // The open chat, and a pinned one, said as the focus reaches its title (not only as the row's look).
         aria-current={active ? 'page' : undefined}
@@ -448,6 +451,7 @@ export function ThreadList() {
           data-testid="thread-search"
           placeholder="Search chats"
           aria-label="Search chats"
+          dir="auto"
           value={query}
           onChange={(e) => setQuery(e.target.value)}
           onKeyDown={(e) => {
@@ -467,7 +471,7 @@ export function ThreadList() {
       {query && ids.length === 0 && (
         // Said by the live region below (not twice).
         <div className="hint" data-testid="thread-search-empty" aria-hidden="true">
-          No chat mentions “{query}”.
+          No chat mentions “<bdi>{query}</bdi>”.
         </div>
       )}
       {/* What a search found, said politely as it changes (the list itself is not read out). */}
