@@ -972,10 +972,13 @@ function promptCacheShortId(sessionId: string): string {
   return sessionId.slice(PROMPT_CACHE_PREFIX.length, PROMPT_CACHE_PREFIX.length + 6);
 }
 
-/** A session as a person knows it: its chat's title, an API prompt cache, or its id. */
+/**
+ * A session as a person knows it: its chat's title, an API prompt cache, or its id. The title is isolated (between
+ * U+2068 and U+2069, as <bdi> would set it apart): a Hebrew or Arabic one keeps its place in the English line.
+ */
 function sessionName(sessionId: string, titles?: ReadonlyMap<string, string>): string {
   const title = titles?.get(sessionId);
-  if (title !== undefined) return `chat “${title}”`;
+  if (title !== undefined) return `chat “\u2068${title}\u2069”`;
   if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) return `API prompt cache ${promptCacheShortId(sessionId)}`;
   return `session ${sessionId.slice(0, 10)}`;
 }

@@ -119,7 +119,10 @@ describe('the timeline line of an evicted session', () => {
 
   it('names its chat, an API prompt cache, or its id', () => {
     const titles = new Map([['t-123', 'Rivers']]);
-    expect(describeEvent(evicted('t-123'), titles)).toMatch(/^chat “Rivers” dropped 10(\.0)? KiB \(admission\)$/);
+    // The title set apart (first strong isolate … pop): a Hebrew or Arabic one keeps its place in the line.
+    expect(describeEvent(evicted('t-123'), titles)).toMatch(
+      /^chat “\u2068Rivers\u2069” dropped 10(\.0)? KiB \(admission\)$/,
+    );
     expect(describeEvent(evicted(`${PROMPT_CACHE_PREFIX}abcdef0123`), titles)).toMatch(
       /^API prompt cache abcdef dropped /,
     );
