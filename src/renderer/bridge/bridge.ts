@@ -29,7 +29,15 @@ import { cutText } from '../../shared/text';
 import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
-import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
+import {
+  branchTitle,
+  conflictCopy,
+  conflictTitle,
+  holdsAll,
+  mergeThread,
+  sameSettings,
+  takeSettings,
+} from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
 import {
   type FieldsChange,
@@ -39,8 +47,8 @@ import {
   pagesOnline,
   whyNotKept,
 } from '../lib/pending-changes';
-import { blank, carriedSettings, chatSetup } from '../lib/presets';
-import { parseThreadImport } from '../lib/thread-export';
+import { blank, carriedSettings, chatSetup, presetName } from '../lib/presets';
+import { importedTitle, parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
 import type { AppStore } from '../store';
 import { partialReply, UNTITLED } from '../store/chat-slice';
@@ -1731,9 +1739,6 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     runTurn(threadId, [], after?.id, after?.role === 'assistant' ? after.id : undefined);
   }
 
-  /** What a branch's title ends with (the title before it cut to leave room for it, as a title is 200 at most). */
-  const BRANCH = ' (branch)';
-
   /**
    * A new chat with this one's settings and its first `count` messages (a reply still streaming is not part of
    * what was said yet); it opens.
@@ -1744,7 +1749,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const branch: Thread = {
       ...t,
       id: newId('t', now),
-      title: `${cutText(t.title, 200 - BRANCH.length)}${BRANCH}`,
+      title: branchTitle(t.title),
       createdAt: now,
       updatedAt: now,
       messages: t.messages
@@ -2020,7 +2025,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     savePreset(threadId, name) {
       const t = s().threads.find((x) => x.id === threadId);
-      const clean = cutText(name.trim(), 80);
+      const clean = presetName(name);
       if (!t || !clean) return;
       const preset: Preset = { name: clean, ...carriedSettings(t) };
       const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
@@ -2093,8 +2098,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       // Beside the chat it was exported from (or another of its name), told apart: "(imported)", "(imported 2)"…
       const taken = new Set(s().threads.map((t) => t.title));
       let title = r.thread.title;
-      for (let n = 1; taken.has(title); n++)
-        title = `${cutText(r.thread.title, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
+      for (let n = 1; taken.has(title); n++) title = importedTitle(r.thread.title, n);
       s().addThread({ ...r.thread, title });
       s().chatMade();
       s().setView('chat');

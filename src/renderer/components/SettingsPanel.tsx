@@ -4,12 +4,11 @@ import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { SearchDefaults } from '../../shared/model-spec';
 import { reasoningWhere } from '../../shared/reasoning';
-import { cutText } from '../../shared/text';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { schemaProblem } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
 import { openOnArrow } from '../lib/open-on-arrow';
-import { presetInEffect } from '../lib/presets';
+import { presetInEffect, presetName } from '../lib/presets';
 
 type NumField = {
   key: keyof SamplingSettings;
@@ -262,7 +261,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
     setAsking(null);
   };
   const askSave = () => {
-    const clean = cutText(name.trim(), 80);
+    const clean = presetName(name);
     if (!clean) return;
     if (presets.some((p) => p.name === clean)) setAsking({ kind: 'replace', name: clean });
     else save(clean);

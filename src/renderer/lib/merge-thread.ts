@@ -76,6 +76,14 @@ export function takeSettings(saved: Thread, mine: Thread, base: Thread | undefin
 /** What a conflicted copy's title ends with. */
 export const CONFLICTED_COPY = ' (conflicted copy)';
 
+/** What a branch's title ends with. */
+export const BRANCH = ' (branch)';
+
+/** The title of a branch of chat `title` (at most 200 code units, as any title: the title is cut to leave room). */
+export function branchTitle(title: string): string {
+  return `${cutText(title, 200 - BRANCH.length)}${BRANCH}`;
+}
+
 /** The title of chat `title`'s conflicted copy (at most 200 characters, as any title). */
 export function conflictTitle(title: string): string {
   return `${cutText(title, 200 - CONFLICTED_COPY.length)}${CONFLICTED_COPY}`;

@@ -34,6 +34,14 @@ export function exportFileName(thread: Thread, extension: 'md' | 'json'): string
   return `${base || 'chat'}.${extension}`;
 }
 
+/**
+ * The title of the `n`th import of a chat titled `title` beside another of that name: "(imported)", "(imported 2)"…
+ * after the title cut to 180 code units (a title is 200 at most).
+ */
+export function importedTitle(title: string, n: number): string {
+  return `${cutText(title, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
+}
+
 /** The chat as Markdown: title, system prompt, then each message under its speaker (failed replies say so). */
 export function threadToMarkdown(thread: Thread, modelName?: string): string {
   const lines = [`# ${thread.title}`, ''];

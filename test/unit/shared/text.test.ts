@@ -6,8 +6,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { attachmentFrom } from '../../../src/renderer/lib/attachments';
-import { conflictTitle } from '../../../src/renderer/lib/merge-thread';
-import { parseThreadImport } from '../../../src/renderer/lib/thread-export';
+import { branchTitle, conflictTitle } from '../../../src/renderer/lib/merge-thread';
+import { presetName } from '../../../src/renderer/lib/presets';
+import { importedTitle, parseThreadImport } from '../../../src/renderer/lib/thread-export';
 import { createAppStore } from '../../../src/renderer/store';
 import { titleFrom } from '../../../src/renderer/store/chat-slice';
 import { Thread, ThreadFields } from '../../../src/shared/api';
@@ -109,6 +110,20 @@ describe('texts the window cuts', () => {
     if (!r.ok) throw new Error(r.error);
     expect(r.thread.title).toBe('😀'.repeat(100));
     expect(Thread.safeParse(r.thread).success).toBe(true);
+  });
+
+  it("a branch's title, and an import's beside a chat of its name", () => {
+    const branch = branchTitle(`a${'😀'.repeat(100)}`);
+    expect(branch).toBe(`a${'😀'.repeat(95)} (branch)`);
+    expect(ThreadFields.safeParse({ title: branch }).success).toBe(true);
+    const imported = importedTitle(emojiAt(180), 2);
+    expect(imported).toBe(`${'a'.repeat(179)} (imported 2)`);
+    expect(ThreadFields.safeParse({ title: imported }).success).toBe(true);
+  });
+
+  it("a preset's name", () => {
+    expect(presetName(`  ${emojiAt(80)}`)).toBe('a'.repeat(79));
+    expect(presetName('  calm  ')).toBe('calm');
   });
 
   it("an attached file's name", () => {
