@@ -420,3 +420,57 @@ test("a deleted chat's requests say so in the inspector, not its raw id", async 
     `A chat deleted since (${id})`,
   );
 });
+
+// A Hebrew title read left to right was cut at its end's side (the right), leaving its last words, not its first.
+test("a Hebrew chat's title in the requests table reads right to left, cut at its end (the left)", async ({ app }) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  const words = 'בקשה ארוכה מאוד עם כותרת בעברית שנחתכת בטבלה';
+  await send(app, words);
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  if (!(await app.getByTestId('inspector').isVisible())) await app.getByTestId('inspector-toggle').click();
+  const cell = app.getByTestId('request-row').filter({ hasText: 'בקשה ארוכה' }).locator('td.thread');
+  await expect(cell).toHaveCount(1);
+  const title = cell.getByTestId('request-chat');
+  const direction = (el: typeof title) =>
+    el.evaluate(
+      (e) =>
+        (globalThis as unknown as { getComputedStyle(e: unknown): { direction: string } }).getComputedStyle(e)
+          .direction,
+    );
+  // The inspector just opened: its rows settle first.
+  await expect(title).toBeVisible();
+  await expect.poll(() => direction(title)).toBe('rtl');
+  const laid = await title.evaluate((el) => {
+    const g = globalThis as unknown as {
+      getComputedStyle(e: unknown): { direction: string };
+      document: {
+        createRange(): { setStart(n: unknown, o: number): void; setEnd(n: unknown, o: number): void } & {
+          getBoundingClientRect(): { left: number; right: number };
+        };
+      };
+    };
+    const div = el as unknown as {
+      firstChild: unknown;
+      scrollWidth: number;
+      clientWidth: number;
+      getBoundingClientRect(): { left: number; right: number };
+    };
+    const first = g.document.createRange();
+    first.setStart(div.firstChild, 0);
+    first.setEnd(div.firstChild, 1);
+    return {
+      direction: g.getComputedStyle(el).direction,
+      cut: div.scrollWidth > div.clientWidth,
+      first: first.getBoundingClientRect(),
+      box: div.getBoundingClientRect(),
+    };
+  });
+  expect(laid.direction).toBe('rtl');
+  expect(laid.cut).toBe(true);
+  // Its first word shows, at the right; the cut is at the left.
+  expect(laid.first.right).toBeGreaterThan(laid.box.right - 8);
+  expect(laid.first.right).toBeLessThanOrEqual(laid.box.right + 1);
+  // The request's id and model read left to right.
+  expect(await direction(cell.getByTestId('request-id'))).toBe('ltr');
+});

@@ -268,3 +268,127 @@ test('a reply that ends keeps the elements of its finished paragraphs (only its 
   expect(kept).toEqual([true, true]);
   await expect(reply.locator('p').first()).toHaveText('The first paragraph, long finished.');
 });
+
+/** What the right-to-left test reads of an element and the page (the e2e tests type-check without the DOM's types). */
+interface Laid {
+  getComputedStyle(el: unknown): { direction: string };
+  document: { createRange(): { setStart(n: unknown, o: number): void; setEnd(n: unknown, o: number): void } & Box };
+}
+interface Box {
+  getBoundingClientRect(): { left: number; right: number };
+}
+interface TextHolder extends Box {
+  firstChild: { nodeValue: string | null } | null;
+}
+
+/**
+ * Where a block's first and last characters are (one text node holds them: a paragraph, a message), and the one at
+ * `at`; its own edges, and its direction as the browser resolved it.
+ */
+async function laidOut(el: import('@playwright/test').Locator, at = 0) {
+  return el.evaluate((node, index) => {
+    const g = globalThis as unknown as Laid;
+    const holder = node as unknown as TextHolder;
+    const text = holder.firstChild;
+    const at = (i: number) => {
+      const range = g.document.createRange();
+      range.setStart(text, i);
+      range.setEnd(text, i + 1);
+      return range.getBoundingClientRect();
+    };
+    const n = text?.nodeValue?.length ?? 0;
+    const box = holder.getBoundingClientRect();
+    return { direction: g.getComputedStyle(node).direction, first: at(0), last: at(n - 1), char: at(index), box };
+  }, at);
+}
+
+const direction = (el: import('@playwright/test').Locator) =>
+  el.evaluate((node) => (globalThis as unknown as Laid).getComputedStyle(node).direction);
+
+// Hebrew reads right to left: a question's `?` ends it on the left. Each block of a reply has its own direction (an
+// English paragraph among Hebrew ones reads left to right), code reads left to right, and so do the title, the
+// chat's row, a message's lines, the message box and the search box when they hold Hebrew.
+test('right-to-left text reads right to left, each block of a reply in its own direction, code left to right', async ({
+  app,
+  server,
+}) => {
+  const title = 'שיחה על מזג האוויר';
+  const reply = [
+    'מה שלומך היום?',
+    '',
+    'This paragraph is English.',
+    '',
+    '- פריט ראשון',
+    '- פריט שני',
+    '',
+    '> ציטוט קצר',
+    '',
+    '```python',
+    'print("hi")',
+    '```',
+    '',
+    'פקודה `ls -la` בתוך משפט.',
+  ].join('\n');
+  const id = await openSavedChat(
+    app,
+    server,
+    'rtl',
+    [
+      { id: 'u', role: 'user', content: 'שלום לכולם?\nAnd a line in English.' },
+      { id: 'a', role: 'assistant', content: reply },
+    ],
+    { title },
+  );
+  await expect(app.getByTestId('chat-title')).toHaveText(title);
+  expect(await direction(app.getByTestId('chat-title'))).toBe('rtl');
+  const row = app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).getByTestId('thread-title');
+  expect(await direction(row)).toBe('rtl');
+
+  // The message: right to left, and each line in its own direction.
+  const user = app.getByTestId('message-user').last().getByTestId('message-text');
+  expect(await direction(user)).toBe('rtl');
+  const asked = await laidOut(user, 'שלום לכולם?'.length - 1);
+  // Its Hebrew line starts at the right, and its `?` is left of its first letter.
+  expect(asked.first.right).toBeGreaterThan(asked.box.right - 20);
+  expect(asked.char.right).toBeLessThanOrEqual(asked.first.left);
+  // Its English line starts at the left, and ends with its full stop on the right.
+  const englishLine = await laidOut(user, 'שלום לכולם?\n'.length);
+  expect(englishLine.char.left).toBeLessThan(englishLine.box.left + 20);
+  expect(englishLine.last.left).toBeGreaterThan(englishLine.char.right);
+
+  const bubble = lastReply(app).getByTestId('message-text');
+  expect(await direction(bubble)).toBe('rtl');
+  const question = await laidOut(bubble.locator('p').first());
+  expect(question.direction).toBe('rtl');
+  expect(question.last.right).toBeLessThanOrEqual(question.first.left);
+  const english = await laidOut(bubble.locator('p', { hasText: 'English' }));
+  expect(english.direction).toBe('ltr');
+  expect(english.first.left).toBeLessThan(english.box.left + 20);
+  expect(await direction(bubble.locator('ul'))).toBe('rtl');
+  expect(await direction(bubble.locator('li').first())).toBe('rtl');
+  expect(await direction(bubble.locator('blockquote'))).toBe('rtl');
+  // A quote's bar is on the side it starts from.
+  const bar = await bubble
+    .locator('blockquote')
+    .evaluate((el) =>
+      (globalThis as unknown as { getComputedStyle(e: unknown): { borderRightStyle: string } }).getComputedStyle(el),
+    );
+  expect(bar.borderRightStyle).toBe('solid');
+  // Code reads left to right, in a block or in a Hebrew sentence.
+  expect(await direction(bubble.locator('.code-block'))).toBe('ltr');
+  expect(await direction(bubble.locator('pre'))).toBe('ltr');
+  expect(await direction(bubble.locator('p code'))).toBe('ltr');
+  expect(await direction(bubble.locator('p', { has: app.locator('code') }))).toBe('rtl');
+
+  // Typed: the message box and the search box read right to left once they hold Hebrew.
+  const input = app.getByTestId('chat-input');
+  await input.fill('שאלה חדשה?');
+  expect(await direction(input)).toBe('rtl');
+  await input.fill('');
+  expect(await direction(input)).toBe('ltr');
+  const search = app.getByTestId('thread-search');
+  await search.fill('מזג');
+  expect(await direction(search)).toBe('rtl');
+  await expect(app.getByTestId('thread-item')).toHaveCount(1);
+  await search.fill('');
+});

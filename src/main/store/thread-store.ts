@@ -18,6 +18,7 @@ import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { StoredMessage, Thread, type ThreadFields, ThreadHead, type ThreadSummary, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
+import { searchForm } from '../../shared/text';
 import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } from './data-file';
 import { withFileLock } from './file-lock';
 import { issueText, salvageSettings } from './settings-salvage';
@@ -221,11 +222,11 @@ export class ThreadStore {
   }
 
   /**
-   * The chats whose title, messages or attached files contain every word of `query` (lower case compared), as
-   * their files hold them; each file's text is read once while it is unchanged.
+   * The chats whose title, messages or attached files contain every word of `query` (compared in search's form:
+   * lower case, composed), as their files hold them; each file's text is read once while it is unchanged.
    */
   async search(query: string): Promise<string[]> {
-    const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+    const words = searchForm(query).split(/\s+/).filter(Boolean);
     const found: string[] = [];
     for (const name of await this.threadFileNames()) {
       const id = path.basename(name, '.json');
@@ -237,12 +238,12 @@ export class ThreadStore {
         const read = await this.readThread(file);
         if (!('thread' in read)) continue;
         const t = read.thread;
-        text = [
-          t.title,
-          ...t.messages.flatMap((m) => [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])]),
-        ]
-          .join('\n')
-          .toLowerCase();
+        text = searchForm(
+          [
+            t.title,
+            ...t.messages.flatMap((m) => [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])]),
+          ].join('\n'),
+        );
         this.haystacks.delete(id);
         this.haystacks.set(id, { file: now, text });
         this.trimHaystacks();

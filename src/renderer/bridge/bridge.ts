@@ -25,10 +25,19 @@ import type {
 import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
+import { cutText } from '../../shared/text';
 import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
-import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
+import {
+  branchTitle,
+  conflictCopy,
+  conflictTitle,
+  holdsAll,
+  mergeThread,
+  sameSettings,
+  takeSettings,
+} from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
 import {
   type FieldsChange,
@@ -38,8 +47,8 @@ import {
   pagesOnline,
   whyNotKept,
 } from '../lib/pending-changes';
-import { blank, carriedSettings, chatSetup } from '../lib/presets';
-import { parseThreadImport } from '../lib/thread-export';
+import { blank, carriedSettings, chatSetup, presetName } from '../lib/presets';
+import { importedTitle, parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
 import type { AppStore } from '../store';
 import { partialReply, UNTITLED } from '../store/chat-slice';
@@ -1740,7 +1749,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const branch: Thread = {
       ...t,
       id: newId('t', now),
-      title: `${t.title} (branch)`.slice(0, 200),
+      title: branchTitle(t.title),
       createdAt: now,
       updatedAt: now,
       messages: t.messages
@@ -2016,7 +2025,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     savePreset(threadId, name) {
       const t = s().threads.find((x) => x.id === threadId);
-      const clean = name.trim().slice(0, 80);
+      const clean = presetName(name);
       if (!t || !clean) return;
       const preset: Preset = { name: clean, ...carriedSettings(t) };
       const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
@@ -2080,7 +2089,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       return null;
     },
     async searchThreads(query) {
-      const r = await api.invoke('searchThreads', { query: query.slice(0, 1000) });
+      const r = await api.invoke('searchThreads', { query: cutText(query, 1000) });
       return r.ok ? r.value : null;
     },
     importThread(text, fileName) {
@@ -2089,8 +2098,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       // Beside the chat it was exported from (or another of its name), told apart: "(imported)", "(imported 2)"…
       const taken = new Set(s().threads.map((t) => t.title));
       let title = r.thread.title;
-      for (let n = 1; taken.has(title); n++)
-        title = `${r.thread.title.slice(0, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
+      for (let n = 1; taken.has(title); n++) title = importedTitle(r.thread.title, n);
       s().addThread({ ...r.thread, title });
       s().chatMade();
       s().setView('chat');

@@ -109,6 +109,7 @@ function FindBar({
         type="search"
         data-testid="find-input"
         placeholder="Find in this chat"
+        dir="auto"
         aria-label="Find in this chat"
         value={query}
         onChange={(e) => {
@@ -430,7 +431,9 @@ export function ChatView() {
       data-focus-home="#chat-input"
     >
       <div className="chat-head">
-        <h1 data-testid="chat-title">{threadId ? title : 'kvdesk'}</h1>
+        <h1 data-testid="chat-title" dir="auto">
+          {threadId ? title : 'kvdesk'}
+        </h1>
         {threadId && count > 0 && <ContextMeter threadId={threadId} />}
         {threadId && count > 0 && <ExportButtons threadId={threadId} />}
       </div>

@@ -99,7 +99,9 @@ export function ThreadModelNote({ thread }: { thread: Thread }) {
     <div className="model-note" role="note" data-testid="thread-model-note">
       {/* One flex item: the bold names stay inside the sentence (the note's gap is between it and Load). */}
       <span data-testid="thread-model-note-text">
-        This chat was with <b>{thread.modelId}</b>, which is not loaded: new replies go to <b>{active}</b>.
+        {/* Names set apart (dir="auto" isolates them): an Arabic one keeps its place in the sentence. */}
+        This chat was with <b dir="auto">{thread.modelId}</b>, which is not loaded: new replies go to{' '}
+        <b dir="auto">{active}</b>.
         {entry
           ? ''
           : gone
@@ -138,7 +140,7 @@ function PickWhileReplying({ thread, streaming }: { thread: Thread; streaming: b
   return (
     <div className="model-note" role="status" data-testid="pick-while-replying">
       <span>
-        This reply goes on with <b>{writing}</b>; your next message goes to <b>{next}</b>.
+        This reply goes on with <b dir="auto">{writing}</b>; your next message goes to <b dir="auto">{next}</b>.
       </span>
     </div>
   );
@@ -438,6 +440,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
           ref={ref}
           data-testid="chat-input"
           aria-label="Message"
+          // Hebrew or Arabic typed reads right to left (each line in its own direction).
+          dir="auto"
           rows={1}
           placeholder={placeholder}
           value={text}
@@ -497,7 +501,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
         {carriedFrom !== null && threadId && (
           <span className="carried" data-testid="carried-settings">
             <span className="from" title={`This new chat took the settings of “${carriedFrom}”`}>
-              · from “{carriedFrom}”
+              · from “<bdi>{carriedFrom}</bdi>”
             </span>
             <button
               type="button"

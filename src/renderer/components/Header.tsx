@@ -123,7 +123,7 @@ function ModelPicker() {
       </select>
       {loading ? (
         <span className="badge" data-testid="model-picker-loading">
-          loading {loading.spec?.displayName ?? loading.id}…
+          loading <bdi>{loading.spec?.displayName ?? loading.id}</bdi>…
         </span>
       ) : (
         active?.reloading && (
@@ -132,7 +132,7 @@ function ModelPicker() {
             data-testid="model-picker-loading"
             title="Replies sent now wait until the load is in, then run on it."
           >
-            loading {active.spec.displayName} again…
+            loading <bdi>{active.spec.displayName}</bdi> again…
           </span>
         )
       )}

@@ -88,7 +88,7 @@ function Derivation({ snap }: { snap: SchedulerSnapshot }) {
  * KV bytes per token of each model placed on the device, named: the models' specs say it from their load on (the
  * scheduler's own figure comes with a model's first request, and only while it knows one model).
  */
-function ModelBpts({ ids }: { ids: string[] }) {
+export function ModelBpts({ ids }: { ids: string[] }) {
   const models = useApp(useShallow((s) => s.models.filter((m) => ids.includes(m.id))));
   if (models.length === 0) return null;
   return (
@@ -97,7 +97,8 @@ function ModelBpts({ ids }: { ids: string[] }) {
       {models.map((m, i) => (
         <span key={m.id} data-testid="budget-bpt-model" data-model-id={m.id} title={exactBytes(m.spec.bpt)}>
           {i > 0 ? ' · ' : ' '}
-          {m.spec.displayName} <span className="num">{formatInteger(m.spec.bpt)} B</span>
+          {/* Set apart: an Arabic name must not take the figure after it into its own order. */}
+          <bdi>{m.spec.displayName}</bdi> <span className="num">{formatInteger(m.spec.bpt)} B</span>
         </span>
       ))}
     </span>
@@ -707,11 +708,12 @@ function WhoCell({
   const loaded = useApp((s) => s.threadsLoaded);
   const gone = title === undefined && threadId !== undefined && loaded;
   return (
-    <td className="thread" title={title ?? (gone ? `A chat deleted since (${threadId})` : threadId)}>
+    // The chat's title in its own direction: a Hebrew one reads, and is cut, right to left. Ids read left to right.
+    <td className="thread" dir="auto" title={title ?? (gone ? `A chat deleted since (${threadId})` : threadId)}>
       <div className={`ellipsis${gone ? ' muted' : ''}`} data-testid="request-chat">
         {title ?? (threadId ? (gone ? 'deleted chat' : threadId.slice(0, 8)) : '—')}
       </div>
-      <div className="sub mono" data-testid="request-id" title={`${id} · ${modelId}`}>
+      <div className="sub mono" dir="ltr" data-testid="request-id" title={`${id} · ${modelId}`}>
         {id.slice(0, 6)}
         {showModel && <span data-testid="request-model"> · {modelId}</span>}
       </div>
@@ -899,11 +901,11 @@ export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
                   data-session-id={s.sessionId}
                   data-held-bytes={s.heldBytes}
                 >
-                  <td className="thread" title={`${name} (${s.sessionId} · ${s.modelId})`}>
+                  <td className="thread" dir="auto" title={`${name} (${s.sessionId} · ${s.modelId})`}>
                     {name}
                     {cache && (
                       // One prompt cache from another: its id's first characters, and its model.
-                      <div className="sub mono" data-testid="session-id">
+                      <div className="sub mono" dir="ltr" data-testid="session-id">
                         {promptCacheShortId(s.sessionId)} · {s.modelId}
                       </div>
                     )}
@@ -970,10 +972,13 @@ function promptCacheShortId(sessionId: string): string {
   return sessionId.slice(PROMPT_CACHE_PREFIX.length, PROMPT_CACHE_PREFIX.length + 6);
 }
 
-/** A session as a person knows it: its chat's title, an API prompt cache, or its id. */
+/**
+ * A session as a person knows it: its chat's title, an API prompt cache, or its id. The title is isolated (between
+ * U+2068 and U+2069, as <bdi> would set it apart): a Hebrew or Arabic one keeps its place in the English line.
+ */
 function sessionName(sessionId: string, titles?: ReadonlyMap<string, string>): string {
   const title = titles?.get(sessionId);
-  if (title !== undefined) return `chat “${title}”`;
+  if (title !== undefined) return `chat “\u2068${title}\u2069”`;
   if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) return `API prompt cache ${promptCacheShortId(sessionId)}`;
   return `session ${sessionId.slice(0, 10)}`;
 }

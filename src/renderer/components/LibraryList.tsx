@@ -44,7 +44,9 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
       data-state={entry.missing ? 'missing' : broken ? 'invalid' : spec ? 'ok' : 'checking'}
     >
       <div className="top">
-        <h3 title={spec?.displayName ?? entry.id}>{spec?.displayName ?? entry.id}</h3>
+        <h3 dir="auto" title={spec?.displayName ?? entry.id}>
+          {spec?.displayName ?? entry.id}
+        </h3>
         {entry.uploaded && !entry.source && (
           <span className="badge" title="kvdesk's copy of a folder dropped in the browser">
             uploaded

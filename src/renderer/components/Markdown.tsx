@@ -13,6 +13,7 @@ import rehypeKatex from 'rehype-katex';
 import remarkGfm from 'remark-gfm';
 import remarkMath from 'remark-math';
 import { COPY_UNAVAILABLE, copyText } from '../lib/clipboard';
+import { rehypeDirection } from '../lib/direction';
 import { fenced } from '../lib/fence';
 import { capitalized } from '../lib/format';
 import { markdownBlocks } from '../lib/markdown-blocks';
@@ -88,8 +89,9 @@ export function CopyButton({
 }
 
 function CodeBlock({ node, children }: { node?: unknown; children?: ReactNode }) {
+  // Code reads left to right, in a reply written right to left too.
   return (
-    <div className="code-block">
+    <div className="code-block" dir="ltr">
       <CopyButton text={textOf(node as HastLike).replace(/\n$/, '')} what="code" testId="code-copy" />
       <pre>{children}</pre>
     </div>
@@ -99,9 +101,10 @@ function CodeBlock({ node, children }: { node?: unknown; children?: ReactNode })
 const components: Components = {
   pre: CodeBlock,
   // A table wider than the reply scrolls sideways in its own box (its cells keep their words whole).
-  table: ({ children }) => (
-    <div className="table-scroll" data-testid="table-scroll">
-      <table>{children}</table>
+  // Its direction (rehypeDirection's) is its box's too: a right-to-left table starts at the box's right.
+  table: ({ children, dir }) => (
+    <div className="table-scroll" data-testid="table-scroll" dir={dir}>
+      <table dir={dir}>{children}</table>
     </div>
   ),
   // Links in model output must not navigate the app window away.
@@ -127,8 +130,10 @@ function sharedHighlight(): ReturnType<typeof rehypeHighlight> {
   highlighter ??= rehypeHighlight({ detect: false });
   return highlighter;
 }
-// KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight.
-const rehypePlugins: Options['rehypePlugins'] = [katex, sharedHighlight];
+// KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight. Directions
+// last: each block gets its own (a Hebrew paragraph right to left, an English one after it left to right), code
+// and math left to right.
+const rehypePlugins: Options['rehypePlugins'] = [katex, sharedHighlight, rehypeDirection];
 /**
  * The last block of a streaming reply is not highlighted: it renders again at every frame, and highlighting a
  * growing code block costs several times the rest (a 200-line block: ~4×), enough to make frames long. A block is
@@ -136,7 +141,7 @@ const rehypePlugins: Options['rehypePlugins'] = [katex, sharedHighlight];
  * block without a code fence is never given the highlighter (it would change nothing there): its props stay as they
  * were, and the end of the reply does not render it again.
  */
-const plainPlugins: Options['rehypePlugins'] = [katex];
+const plainPlugins: Options['rehypePlugins'] = [katex, rehypeDirection];
 
 /** A fence (```, ~~~) anywhere in the text: it may hold a code block whose language the highlighter colours. */
 function mayHoldCode(text: string): boolean {

@@ -9,6 +9,7 @@ import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes } from '../lib/attachments';
 import { busyElsewhere } from '../lib/busy-elsewhere';
+import { markdownDirection } from '../lib/direction';
 import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
@@ -65,7 +66,7 @@ function StatsLine({
           : undefined
       }
     >
-      {model}
+      {model && <bdi>{model}</bdi>}
       {model && parts.length > 0 && ' · '}
       {parts.join(' · ')}
     </div>
@@ -126,6 +127,7 @@ function Reasoning({
         <div
           className="reasoning-text"
           data-testid="reasoning-text"
+          dir="auto"
           ref={box}
           onScroll={(e) => {
             const el = e.currentTarget;
@@ -335,7 +337,13 @@ function LivePhase({ live }: { live: LiveReply }) {
     return (
       <div className="phase" data-testid="sending-indicator">
         <span className="spinner" />{' '}
-        {reloading ? <span data-testid="reload-wait">waiting for {reloading} to load again…</span> : 'sending…'}
+        {reloading ? (
+          <span data-testid="reload-wait">
+            waiting for <bdi>{reloading}</bdi> to load again…
+          </span>
+        ) : (
+          'sending…'
+        )}
       </div>
     );
   }
@@ -550,6 +558,7 @@ function EditBox({
         ref={box}
         data-testid={inputTestId}
         aria-label={inputTestId === 'edit-input' ? 'Edit your message' : "Edit the model's reply"}
+        dir="auto"
         aria-describedby={describedBy}
         value={draft}
         {...(modEnter ? { rows: Math.min(20, Math.max(4, draft.split('\n').length + 1)) } : {})}
@@ -794,7 +803,12 @@ function AssistantReply({
       {message.reasoning && (
         <Reasoning text={message.reasoning} live={live} stats={stats} hasReply={message.content.length > 0} />
       )}
-      <div className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`} data-testid="message-text">
+      {/* The reply's direction, its first words' (each of its blocks has its own: see rehypeDirection). */}
+      <div
+        className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`}
+        data-testid="message-text"
+        dir={(text && markdownDirection(text)) || 'auto'}
+      >
         {showTokens && probabilities ? (
           <TokenView tokens={probabilities} which={which} />
         ) : (
@@ -1073,7 +1087,8 @@ function UserMessage({
           )}
         </span>
       </div>
-      <div className="bubble" data-testid="message-text">
+      {/* Each paragraph in its own direction (unicode-bidi: plaintext, styles.css), the box its first one's. */}
+      <div className="bubble" data-testid="message-text" dir="auto">
         {message.content}
       </div>
       {message.attachments && message.attachments.length > 0 && <SentFiles files={message.attachments} />}

@@ -338,7 +338,7 @@ export function ModelCard({
   return (
     <div className="card" data-testid={testId} data-model-id={spec.id} data-root={spec.root} data-loaded={loaded}>
       <div className="top">
-        <h3 data-testid="model-name" title={spec.displayName}>
+        <h3 data-testid="model-name" dir="auto" title={spec.displayName}>
           {spec.displayName}
         </h3>
         {isDefault && <span className="badge">default</span>}

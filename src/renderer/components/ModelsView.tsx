@@ -276,7 +276,7 @@ export function ModelsView() {
         ) : (
           models.every((m) => m.spec.root === importedRoot) && (
             <div className="muted" data-testid="loaded-shown-above">
-              {models[0]?.spec.displayName} is loaded: its card is above.
+              <bdi>{models[0]?.spec.displayName}</bdi> is loaded: its card is above.
             </div>
           )
         )}

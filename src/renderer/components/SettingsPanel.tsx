@@ -8,7 +8,7 @@ import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { schemaProblem } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
 import { openOnArrow } from '../lib/open-on-arrow';
-import { presetInEffect } from '../lib/presets';
+import { presetInEffect, presetName } from '../lib/presets';
 
 type NumField = {
   key: keyof SamplingSettings;
@@ -261,7 +261,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
     setAsking(null);
   };
   const askSave = () => {
-    const clean = name.trim().slice(0, 80);
+    const clean = presetName(name);
     if (!clean) return;
     if (presets.some((p) => p.name === clean)) setAsking({ kind: 'replace', name: clean });
     else save(clean);
@@ -304,7 +304,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
             setAsking({ kind: 'delete', name: pickedPreset.name });
           }}
         >
-          delete “{pickedPreset.name}”
+          delete “<bdi>{pickedPreset.name}</bdi>”
         </button>
       )}
       {asking && (
@@ -358,6 +358,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           <input
             type="text"
             data-testid="preset-name"
+            dir="auto"
             ref={nameRef}
             aria-label="preset name"
             maxLength={80}
@@ -696,6 +697,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
         system prompt
         <textarea
           data-testid="system-prompt"
+          dir="auto"
           defaultValue={thread.systemPrompt ?? ''}
           placeholder="None. For example: You are a helpful assistant."
           onChange={(e) => {

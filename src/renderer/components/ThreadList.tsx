@@ -7,6 +7,7 @@
 import { type KeyboardEvent, memo, useCallback, useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
+import { searchForm } from '../../shared/text';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
 import { importTooLarge } from '../lib/thread-export';
@@ -15,14 +16,15 @@ import { CHAT_LIST_ID, narrowWindow, useNarrowWindow } from './Header';
 import { PinIcon } from './Icons';
 
 /**
- * A message's searchable text (its content and files, lower case), kept while the message object is unchanged:
- * a reply streaming while a search is typed re-reads only itself each frame, not its whole chat.
+ * A message's searchable text (its content and files, in search's form: lower case, composed), kept while the
+ * message object is unchanged: a reply streaming while a search is typed re-reads only itself each frame, not its
+ * whole chat.
  */
 const haystacks = new WeakMap<StoredMessage, string>();
 function haystack(m: StoredMessage): string {
   let h = haystacks.get(m);
   if (h === undefined) {
-    h = [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])].join('\n').toLowerCase();
+    h = searchForm([m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])].join('\n'));
     haystacks.set(m, h);
   }
   return h;
@@ -39,10 +41,10 @@ export function matchingThreadIds(
   unfetched: Record<string, unknown> = {},
   found: ReadonlySet<string> = new Set(),
 ): string[] {
-  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  const words = searchForm(query).split(/\s+/).filter(Boolean);
   if (words.length === 0) return threads.map((t) => t.id);
   const has = (t: Thread, w: string) =>
-    t.title.toLowerCase().includes(w) || t.messages.some((m) => haystack(m).includes(w));
+    searchForm(t.title).includes(w) || t.messages.some((m) => haystack(m).includes(w));
   return threads
     .filter((t) => (Object.hasOwn(unfetched, t.id) && found.has(t.id)) || words.every((w) => has(t, w)))
     .map((t) => t.id);
@@ -140,6 +142,7 @@ const ThreadItem = memo(function ThreadItem({
           type="text"
           data-testid="thread-rename-input"
           aria-label="Chat title"
+          dir="auto"
           value={renaming}
           // biome-ignore lint/a11y/noAutofocus: renaming is started on purpose by the person
           autoFocus
@@ -180,6 +183,8 @@ const ThreadItem = memo(function ThreadItem({
         type="button"
         className="title"
         data-testid="thread-title"
+        // A Hebrew or Arabic title reads, and is cut (its ellipsis), right to left.
+        dir="auto"
         ref={titleRef}
         // The open chat, and a pinned one, said as the focus reaches its title (not only as the row's look).
         aria-current={active ? 'page' : undefined}
@@ -446,6 +451,7 @@ export function ThreadList() {
           data-testid="thread-search"
           placeholder="Search chats"
           aria-label="Search chats"
+          dir="auto"
           value={query}
           onChange={(e) => setQuery(e.target.value)}
           onKeyDown={(e) => {
@@ -465,7 +471,7 @@ export function ThreadList() {
       {query && ids.length === 0 && (
         // Said by the live region below (not twice).
         <div className="hint" data-testid="thread-search-empty" aria-hidden="true">
-          No chat mentions “{query}”.
+          No chat mentions “<bdi>{query}</bdi>”.
         </div>
       )}
       {/* What a search found, said politely as it changes (the list itself is not read out). */}

@@ -3,6 +3,7 @@
  * the message as the model reads it — the text, then each file in a fenced block under its name.
  */
 import type { Attachment } from '../../shared/api';
+import { cutText } from '../../shared/text';
 import { fenced } from './fence';
 
 /**
@@ -42,7 +43,7 @@ export function attachmentFrom(
       error: `${name} is not text (it holds NUL bytes): attach text files (notes, code, CSV, JSON, …).`,
     };
   }
-  return { ok: true, attachment: { name: name.slice(0, 255), text: text.replace(/^\uFEFF/, '') } };
+  return { ok: true, attachment: { name: cutText(name, 255), text: text.replace(/^\uFEFF/, '') } };
 }
 
 /** A Markdown fence language from a file name's extension (`notes.md` → md), or none. */

@@ -2,6 +2,7 @@
  * Two pages on one chat (DOM-free, for the bridge and its tests).
  */
 import type { StoredMessage, Thread } from '../../shared/api';
+import { cutText } from '../../shared/text';
 import { stable } from './presets';
 
 /**
@@ -75,9 +76,17 @@ export function takeSettings(saved: Thread, mine: Thread, base: Thread | undefin
 /** What a conflicted copy's title ends with. */
 export const CONFLICTED_COPY = ' (conflicted copy)';
 
+/** What a branch's title ends with. */
+export const BRANCH = ' (branch)';
+
+/** The title of a branch of chat `title` (at most 200 code units, as any title: the title is cut to leave room). */
+export function branchTitle(title: string): string {
+  return `${cutText(title, 200 - BRANCH.length)}${BRANCH}`;
+}
+
 /** The title of chat `title`'s conflicted copy (at most 200 characters, as any title). */
 export function conflictTitle(title: string): string {
-  return `${title.slice(0, 200 - CONFLICTED_COPY.length)}${CONFLICTED_COPY}`;
+  return `${cutText(title, 200 - CONFLICTED_COPY.length)}${CONFLICTED_COPY}`;
 }
 
 /**

@@ -2,6 +2,7 @@
  * A chat's settings as presets and new chats see them: pure, for the bridge, the settings panel and their tests.
  */
 import type { Preset, Thread } from '../../shared/api';
+import { cutText } from '../../shared/text';
 
 /**
  * A chat's settings that carry to another chat (a new one, or a preset). JSON mode is for the task at hand, not
@@ -65,4 +66,9 @@ export function chatSetup(t: Thread): string {
     toolsRequired: t.toolsRequired,
     toolsAllowed: t.toolsAllowed,
   });
+}
+
+/** A preset's name as typed, as it is kept: trimmed, at most 80 code units (kvdesk's limit), cut between characters. */
+export function presetName(typed: string): string {
+  return cutText(typed.trim(), 80);
 }

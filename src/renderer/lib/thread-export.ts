@@ -5,6 +5,7 @@
  */
 import { type StoredMessage, Thread } from '../../shared/api';
 import type { ToolCall } from '../../shared/contract';
+import { cutText } from '../../shared/text';
 import { newId } from '../bridge/prompt';
 import { titleFrom } from '../store/chat-slice';
 import { attachmentBlock } from './attachments';
@@ -15,21 +16,30 @@ import { parseProblem } from './json-problem';
 export const EXPORT_KIND = 'kvdesk.thread';
 export const EXPORT_VERSION = 1;
 
-/** A file name from the chat's title (letters, digits, dashes), e.g. `lighthouse-story.md`. */
+/**
+ * A file name from the chat's title (letters, digits, dashes), e.g. `lighthouse-story.md`, `नमस्ते-दुनिया.md`.
+ * A Latin letter loses its accents (é → e); the marks of other scripts are part of their letters (Devanagari's vowel
+ * signs, the kana's voicing marks) and stay, composed again (NFC: Hangul as syllables, not jamo).
+ */
 export function exportFileName(thread: Thread, extension: 'md' | 'json'): string {
   const slug = thread.title
     .normalize('NFKD')
-    .replace(/\p{M}+/gu, '') // accents: é → e, not e-
-    .replace(/[^\p{L}\p{N}]+/gu, '-')
+    .replace(/(\p{Script=Latin})\p{M}+/gu, '$1') // accents: é → e, not e-
+    .normalize('NFC')
+    .replace(/[^\p{L}\p{N}\p{M}]+/gu, '-')
     .toLowerCase();
-  // Cut between characters (never inside a surrogate pair), then trim the dashes the cut may leave.
-  const base = codePoints(slug, 60).replace(/^-+|-+$/g, '');
+  // Cut between characters (never inside a surrogate pair, nor between a letter and its marks), then trim the
+  // dashes the cut may leave.
+  const base = cutText(slug, 60).replace(/^-+|-+$/g, '');
   return `${base || 'chat'}.${extension}`;
 }
 
-/** The first `n` characters (code points) of `text`. */
-function codePoints(text: string, n: number): string {
-  return Array.from(text).slice(0, n).join('');
+/**
+ * The title of the `n`th import of a chat titled `title` beside another of that name: "(imported)", "(imported 2)"…
+ * after the title cut to 180 code units (a title is 200 at most).
+ */
+export function importedTitle(title: string, n: number): string {
+  return `${cutText(title, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
 }
 
 /** The chat as Markdown: title, system prompt, then each message under its speaker (failed replies say so). */
@@ -209,7 +219,7 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
   const title = isObject(value) && typeof value.title === 'string' && value.title.trim() ? value.title.trim() : first;
   const thread = Thread.safeParse({
     id: 't',
-    title: codePoints(title || 'Imported chat', 200),
+    title: cutText(title || 'Imported chat', 200),
     createdAt: now,
     updatedAt: now,
     ...(system !== undefined ? { systemPrompt: system } : {}),

@@ -14,6 +14,7 @@ import {
 } from '../../shared/api';
 import type { GeneratedTokenLogprob, GenerationResult, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
+import { cutText } from '../../shared/text';
 import { inheritVersions, showVersion as pickVersion } from '../lib/versions';
 import type { AppState, ChatSlice, FrameBatch, LiveReply } from './types';
 
@@ -24,7 +25,7 @@ export const UNTITLED = 'New chat';
 export function titleFrom(text: string): string {
   const line = text.trim().split('\n')[0]?.trim() ?? '';
   if (line.length <= 48) return line || UNTITLED;
-  const cut = line.slice(0, 48);
+  const cut = cutText(line, 48);
   const space = cut.lastIndexOf(' ');
   return `${(space > 24 ? cut.slice(0, space) : cut).trimEnd()}…`;
 }
@@ -415,7 +416,7 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
 
   renameThread(id, title) {
     // An empty name keeps the one it had (it would otherwise read as a new, empty chat).
-    const clean = title.trim().slice(0, 200);
+    const clean = cutText(title.trim(), 200);
     if (!clean) return;
     set((s) => ({ threads: mapThread(s.threads, id, (t) => ({ ...t, title: clean })) }));
   },

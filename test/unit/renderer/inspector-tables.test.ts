@@ -20,6 +20,7 @@ type Create = (type: unknown, props: unknown, ...children: unknown[]) => unknown
 let h: Create;
 let renderToStaticMarkup: (element: unknown) => string;
 let Sessions: unknown;
+let ModelBpts: unknown;
 let KvCell: unknown;
 let CapCell: unknown;
 let SHOWN_SESSIONS: number;
@@ -28,8 +29,9 @@ let AppContext: { Provider: unknown };
 beforeAll(async () => {
   h = (await load<{ createElement: Create }>('react')).createElement;
   ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
-  ({ Sessions, KvCell, CapCell, SHOWN_SESSIONS, describeEvent } = await load<{
+  ({ Sessions, ModelBpts, KvCell, CapCell, SHOWN_SESSIONS, describeEvent } = await load<{
     Sessions: unknown;
+    ModelBpts: unknown;
     KvCell: unknown;
     CapCell: unknown;
     SHOWN_SESSIONS: number;
@@ -72,8 +74,8 @@ describe('Sessions', () => {
     );
     expect(rowIds(html)).toEqual(['t-a', 't-b']);
     // A chat's session is named by its title; another by its id.
-    expect(html).toMatch(/data-session-id="t-a"[^>]*><td class="thread" title="A \(t-a · default\)">A</);
-    expect(html).toMatch(/data-session-id="t-b"[^>]*><td class="thread" title="t-b \(t-b · default\)">t-b</);
+    expect(html).toMatch(/data-session-id="t-a"[^>]*><td class="thread" dir="auto" title="A \(t-a · default\)">A</);
+    expect(html).toMatch(/data-session-id="t-b"[^>]*><td class="thread" dir="auto" title="t-b \(t-b · default\)">t-b</);
     expect(html).not.toContain('data-testid="sessions-not-shown"');
   });
 
@@ -117,7 +119,10 @@ describe('the timeline line of an evicted session', () => {
 
   it('names its chat, an API prompt cache, or its id', () => {
     const titles = new Map([['t-123', 'Rivers']]);
-    expect(describeEvent(evicted('t-123'), titles)).toMatch(/^chat “Rivers” dropped 10(\.0)? KiB \(admission\)$/);
+    // The title set apart (first strong isolate … pop): a Hebrew or Arabic one keeps its place in the line.
+    expect(describeEvent(evicted('t-123'), titles)).toMatch(
+      /^chat “\u2068Rivers\u2069” dropped 10(\.0)? KiB \(admission\)$/,
+    );
     expect(describeEvent(evicted(`${PROMPT_CACHE_PREFIX}abcdef0123`), titles)).toMatch(
       /^API prompt cache abcdef dropped /,
     );
@@ -193,5 +198,21 @@ describe("a request's budget cap cell", () => {
 
   it('empty when not capped', () => {
     expect(cell({})).toBe('<table><tbody><tr><td class="r num"></td></tr></tbody></table>');
+  });
+});
+
+describe("the budget's bytes per token", () => {
+  // Not set apart, an Arabic model name took the figure after it into its own order: "1,024 نموذج عربي B".
+  it("sets each model's name apart from the figures around it", () => {
+    const models = [
+      { id: 'default', spec: { displayName: 'default', bpt: 1024 } },
+      { id: 'arabic', spec: { displayName: 'نموذج عربي', bpt: 2048 } },
+    ] as unknown as AppState['models'];
+    const store = createStore<AppState>()(() => ({ ...createAppStore().getState(), models }));
+    const html = renderToStaticMarkup(
+      h(AppContext.Provider, { value: { store, bridge: {} } }, h(ModelBpts, { ids: ['default', 'arabic'] })),
+    );
+    expect(html).toContain('<bdi>نموذج عربي</bdi> <span class="num">2,048 B</span>');
+    expect(html).toContain('<bdi>default</bdi> <span class="num">1,024 B</span>');
   });
 });

@@ -656,6 +656,24 @@ describe('export file names', () => {
     expect(['crème-brûlée.md', 'creme-brulee.md']).toContain(name('Crème brûlée'));
   });
 
+  // NFKD then every mark dropped made नमस्ते दुनिया नमसत-दनय (its vowel signs gone), ガイドブック カイトフック (its
+  // voicing marks gone) and Korean a run of jamo: only a Latin letter's accents go, and the name is composed (NFC).
+  it('keeps the marks of other scripts, composed', () => {
+    expect(name('नमस्ते दुनिया')).toBe('नमस्ते-दुनिया.md');
+    expect(name('ガイドブック')).toBe('ガイドブック.md');
+    expect(name('한국어 대화')).toBe('한국어-대화.md');
+    expect(name('한국어 대화')).toBe('\ud55c\uad6d\uc5b4-\ub300\ud654.md');
+    expect(name('Tiếng Việt, crème brûlée')).toBe('tieng-viet-creme-brulee.md');
+    expect(name('Ελληνικά')).toBe('ελληνικά.md'.normalize('NFC'));
+    fc.assert(
+      fc.property(fc.string({ unit: 'grapheme', maxLength: 80 }), (title) => {
+        const file = name(title);
+        expect(file).toBe(file.normalize('NFC'));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
   // The 60-character cut must not split a character outside the BMP (a lone surrogate in the name).
   it('cuts the name between characters', () => {
     expect(() => encodeURIComponent(name(`a${'𠀀'.repeat(40)}`))).not.toThrow();

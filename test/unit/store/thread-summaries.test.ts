@@ -132,4 +132,22 @@ describe('the chat list', () => {
     expect(await s.search('other nothing')).toEqual(['other']);
     expect(await s.search('cache nothing')).toEqual([]);
   });
+
+  // An accent is one code point (é, U+00E9) or a letter and a combining mark (e + U+0301), as the text was typed:
+  // either finds the other, in a message, a title or a file.
+  it('is searched by kvdesk alike whether an accent was typed composed or decomposed', async () => {
+    const { s } = store();
+    const chat = (id: string, title: string, content: string): Thread => ({
+      id,
+      title,
+      createdAt: 1,
+      updatedAt: 2,
+      messages: [{ id: 'm', role: 'user', content, createdAt: 1 }],
+    });
+    await s.save(chat('decomposed', 'Recipes', 'A cre\u0300me bru\u0302le\u0301e'));
+    await s.save(chat('composed', 'Caf\u00e9 notes', 'Nothing else'));
+    expect(await s.search('CR\u00c8ME br\u00fbl\u00e9e')).toEqual(['decomposed']);
+    expect(await s.search('cafe\u0301')).toEqual(['composed']);
+    expect(await s.search('caf\u00e9')).toEqual(['composed']);
+  });
 });

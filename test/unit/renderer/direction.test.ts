@@ -1,0 +1,74 @@
+/**
+ * The writing direction of people's text (lib/direction.ts): the first strong character's, as `dir="auto"` finds
+ * it; a reply's outside its code and math; and each block of a reply's Markdown given its own (rehypeDirection).
+ */
+import { describe, expect, it } from 'vitest';
+import { type DirNode, markdownDirection, setDirections, textDirection } from '../../../src/renderer/lib/direction';
+
+describe('textDirection', () => {
+  it('is the first letter’s, past digits, spaces and punctuation', () => {
+    expect(textDirection('שלום עולם?')).toBe('rtl');
+    expect(textDirection('مرحبا')).toBe('rtl');
+    expect(textDirection('ދިވެހި')).toBe('rtl');
+    expect(textDirection('12, «שלום» and more')).toBe('rtl');
+    expect(textDirection('Hello שלום')).toBe('ltr');
+    expect(textDirection('Привет')).toBe('ltr');
+    expect(textDirection('日本語')).toBe('ltr');
+    expect(textDirection('123 — !?')).toBeUndefined();
+    expect(textDirection('')).toBeUndefined();
+  });
+});
+
+describe('markdownDirection', () => {
+  it('reads past code and math to the first words', () => {
+    expect(markdownDirection('```python\nprint("hi")\n```\n\nשלום')).toBe('rtl');
+    expect(markdownDirection('`ls -la` היא פקודה')).toBe('rtl');
+    expect(markdownDirection('$$x = y$$ זה נכון')).toBe('rtl');
+    expect(markdownDirection('\\( a \\) اختبار')).toBe('rtl');
+    expect(markdownDirection('# Title\n\nשלום')).toBe('ltr');
+    expect(markdownDirection('```js\nlet x = 1;')).toBeUndefined();
+    expect(markdownDirection('1. **שלום**')).toBe('rtl');
+  });
+});
+
+/** A HAST element. */
+const el = (tagName: string, children: DirNode[], properties: Record<string, unknown> = {}): DirNode => ({
+  type: 'element',
+  tagName,
+  properties,
+  children,
+});
+const text = (value: string): DirNode => ({ type: 'text', value });
+
+describe('setDirections', () => {
+  it('gives each block its direction, and code and math left to right', () => {
+    const tree: DirNode = {
+      type: 'root',
+      children: [
+        el('p', [text('שלום?')]),
+        el('ul', [el('li', [el('p', [text('פריט')]), el('ul', [el('li', [text('item')])])])]),
+        el('blockquote', [el('p', [el('code', [text('x')]), text(' ציטוט')])]),
+        el('pre', [el('code', [text('print(1)')])]),
+        el('p', [el('span', [text('x')], { className: ['katex'] })]),
+        el('ol', [el('li', [text('12')])]),
+        el('table', [el('tbody', [el('tr', [el('td', [text('עמודה')])])])]),
+      ],
+    };
+    setDirections(tree);
+    const [p, ul, quote, pre, math, ol, table] = tree.children ?? [];
+    expect(p?.properties?.dir).toBe('auto');
+    expect(ul?.properties?.dir).toBe('rtl');
+    const li = ul?.children?.[0];
+    // A list item holding a paragraph: the browser's dir="auto" would not look into the paragraph (it has its own).
+    expect(li?.properties?.dir).toBe('rtl');
+    expect(li?.children?.[1]?.properties?.dir).toBe('ltr');
+    // A quote that starts with code: its words, not its code, give its direction.
+    expect(quote?.properties?.dir).toBe('rtl');
+    expect(quote?.children?.[0]?.children?.[0]?.properties?.dir).toBe('ltr');
+    expect(pre?.properties?.dir).toBe('ltr');
+    expect(math?.children?.[0]?.properties?.dir).toBe('ltr');
+    // Nothing strong: it follows its parent.
+    expect(ol?.properties?.dir).toBeUndefined();
+    expect(table?.properties?.dir).toBe('rtl');
+  });
+});
