@@ -89,6 +89,18 @@ test('a reply ending in a chat other than the open one is said with its chat, by
   await expect(announcer).toHaveText(new RegExp(`^In “${title}”: Reply stopped after [\\d,]+ tokens\\.$`));
   // The open chat's own announcer says nothing of it.
   await expect(app.getByTestId('reply-announcer')).toHaveText('');
+
+  // The open chat's reply ending behind the Models view (its chat, and the chat's announcer, not shown): said too.
+  const said = await announcer.locator('span').elementHandle();
+  await openChat(app, id);
+  await send(app, LONG);
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  const again = (await apiSnapshot(slow)).running;
+  await app.getByTestId('models-toggle').click();
+  await expect(app.getByTestId('chat-view')).toHaveCount(0);
+  expect((await wsCall(slow, 'cancel', { requestId: again[0]?.id })).value).toEqual({ cancelled: true });
+  await expect.poll(() => said?.evaluate((e) => e.isConnected)).toBe(false);
+  await expect(announcer).toHaveText(new RegExp(`^In “${title}”: Reply stopped after [\\d,]+ tokens\\.$`));
 });
 
 test('a reply taller than the window keeps its end in view; scrolled up, the list stays put until the button brings it back', async ({

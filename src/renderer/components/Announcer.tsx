@@ -16,9 +16,9 @@ function replyingIn(s: AppState): Set<string> {
 }
 
 /**
- * Says a reply's end in a chat that is not the open one (the open chat's reply is said by its own announcer): the
- * chat list's "replying" dot goes away, which a screen reader hears nothing of. Replies ending together are said
- * together; a chat deleted while it replied is not said.
+ * Says a reply's end in a chat that is not shown (another chat, or the open one behind the Models view; the shown
+ * chat's reply is said by its own announcer): the chat list's "replying" dot goes away, which a screen reader hears
+ * nothing of. Replies ending together are said together; a chat deleted while it replied is not said.
  */
 export function useElsewhereReplies(): void {
   const store = useAppStore();
@@ -30,7 +30,8 @@ export function useElsewhereReplies(): void {
       replying = replyingIn(s);
       const said: string[] = [];
       for (const id of was) {
-        if (replying.has(id) || id === s.activeThreadId) continue;
+        // The open chat's reply is said by the chat's own announcer, which is there only while the chat is shown.
+        if (replying.has(id) || (id === s.activeThreadId && s.view === 'chat')) continue;
         const thread = s.threads.find((t) => t.id === id);
         if (thread) said.push(elsewhereAnnouncement(thread.title, thread.messages.at(-1)));
       }
