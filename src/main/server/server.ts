@@ -582,7 +582,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const server = createServer((req, res) => {
     if (requestLog) {
       const came = performance.now();
-      res.once('close', () => requestLog(requestLogLine(req, res, performance.now() - came)));
+      const from = req.socket.remoteAddress;
+      res.once('close', () => requestLog(requestLogLine(req, res, performance.now() - came, from)));
     }
     const socket = req.socket;
     inFlight.set(socket, (inFlight.get(socket) ?? 0) + 1);
