@@ -189,7 +189,7 @@ export interface ParamHint {
    * The request asked for `"truncation": "auto"` (kvdesk left out the oldest turns as needed), `tools` whether it
    * sent tools: a prompt still too long is its system messages (and tools) with the last turn alone.
    */
-  truncation?: { tools: boolean };
+  truncation?: { tools: boolean; system: boolean };
 }
 
 /** The name of a tool result's call id, and of a call's arguments, in each API. */
@@ -262,6 +262,11 @@ function clientMessage(message: string, field: string | undefined, param: string
  * (the host's explanation, which says the numbers again and speaks of chats, is left out). Anthropic's route says
  * it in Anthropic's words (anthropicError).
  */
+/** Whether a generation request sends a system prompt or system messages (ParamHint.truncation). */
+export function sendsSystem(req: { system?: string; messages?: ReadonlyArray<{ role: string }> }): boolean {
+  return req.system !== undefined || req.messages?.some((m) => m.role === 'system') === true;
+}
+
 function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): string | undefined {
   const { promptTokens, contextLength, sessionTokens, countedUpTo } = info.detail ?? {};
   if (info.code !== 'CONTEXT_OVERFLOW' || hint.api === 'anthropic') return undefined;
@@ -272,10 +277,16 @@ function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): 
   const room = 'which leaves no room for a reply';
   // With truncation "auto" every earlier turn was left out already: what is left cannot be (as Ollama's /api/chat).
   if (hint.truncation && hint.prompt !== 'prompt') {
+    // What it sent of these, no more.
     const kept = [
-      ...(hint.api === 'responses' ? ['the instructions', 'system messages'] : ['the system messages']),
+      ...(hint.truncation.system
+        ? [hint.api === 'responses' ? 'the instructions, system messages' : 'the system messages']
+        : []),
       ...(hint.truncation.tools ? ['the tools'] : []),
     ].join(', ');
+    if (kept === '') {
+      return `${head} with only the last turn kept, ${room} ("truncation": "auto" leaves out the earlier turns, never the last). Shorten it, or use a model with a longer context.`;
+    }
     return `${head} with only ${kept} and the last turn kept, ${room} ("truncation": "auto" leaves out the earlier turns, never these). Shorten them, or use a model with a longer context.`;
   }
   // Completions: one prompt (or prompt[i] of several); chat completions and Responses: a conversation, whose

@@ -19,6 +19,7 @@ import {
   SSE_HEADERS,
   sendHttpError,
   sendJson,
+  sendsSystem,
   setRequestId,
 } from './http-util';
 import { apiModelName } from './model-names';
@@ -77,7 +78,7 @@ export function serveCompletion(
   const paramHint: ParamHint = {
     prompt: kind === 'chat' ? 'messages' : 'prompt',
     ...(mapped.request.contextOverflow === 'drop-oldest'
-      ? { truncation: { tools: (mapped.request.tools?.length ?? 0) > 0 } }
+      ? { truncation: { tools: (mapped.request.tools?.length ?? 0) > 0, system: sendsSystem(mapped.request) } }
       : {}),
   };
   const created = Math.floor(Date.now() / 1000);

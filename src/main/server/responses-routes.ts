@@ -15,6 +15,7 @@ import {
   SSE_HEADERS,
   sendHttpError,
   sendJson,
+  sendsSystem,
   writeEvents,
 } from './http-util';
 import { runGeneration } from './openai-routes';
@@ -56,7 +57,7 @@ export function serveResponse(
     api: 'responses',
     origins: mapped.origins,
     ...(mapped.request.contextOverflow === 'drop-oldest'
-      ? { truncation: { tools: (mapped.request.tools?.length ?? 0) > 0 } }
+      ? { truncation: { tools: (mapped.request.tools?.length ?? 0) > 0, system: sendsSystem(mapped.request) } }
       : {}),
   };
   return runGeneration(

@@ -184,6 +184,17 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
     const message = (withTools.body.error as Json).message as string;
     expect(message).toContain('with only the system messages, the tools and the last turn kept');
     expect(message).not.toContain('"truncation": "auto" has kvdesk do that');
+    // No system message sent: none is named.
+    const bare = await post('/v1/chat/completions', {
+      model,
+      messages: [...LONG, last],
+      max_tokens: MAX_TOKENS,
+      truncation: 'auto',
+    });
+    expect(bare.status).toBe(400);
+    expect((bare.body.error as Json).message).toContain(
+      'with only the last turn kept, which leaves no room for a reply ("truncation": "auto" leaves out the earlier turns, never the last). Shorten it,',
+    );
     expect((await settled(t.url)).reservedBytes).toBe(0);
   });
 
