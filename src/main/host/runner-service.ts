@@ -1377,7 +1377,12 @@ export class RunnerService {
       let partial: true | undefined;
       let counted: number[][];
       // Its long texts are tokenized off the host's thread first (off-thread.ts): then it is prepared again.
-      const build = () => this.buildRows(req, model, refuseOver, true);
+      const build = () => {
+        const built = this.buildRows(req, model, refuseOver, true);
+        // A predicted output is tokenized at admission: a long one is so here first, off the thread, and found kept.
+        if (req.prediction !== undefined) model.tokenizer.encode(req.prediction, { addSpecialTokens: false });
+        return built;
+      };
       ({
         rows: counted,
         tools,

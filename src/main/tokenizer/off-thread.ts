@@ -18,15 +18,15 @@ import { Worker } from 'node:worker_threads';
 export const OFF_THREAD_CHARS = 16 * 1024;
 /** Longer ones too: they would not be kept (their prompt is refused for its size long before this). */
 const MAX_OFF_THREAD_CHARS = 16 * 1024 ** 2;
-/** What the cache keeps of the texts tokenized off the thread: entries, and their characters in all. */
+/** What the cache keeps of the texts tokenized off the thread: entries, and their bytes in all (text and ids). */
 const CACHE_ENTRIES = 32;
-const CACHE_CHARS = 32 * 1024 ** 2;
+const CACHE_BYTES = 64 * 1024 ** 2;
 /**
  * A pass that has waited this many times is finished on the host's thread: each wait runs the pass again (its
  * templates rendered again), and a pass must end. A prompt is one long text, a conversation one or two (its
  * closing suffix); finding the turns to leave out of a long one may take more.
  */
-export const MAX_DEFERRALS = 4;
+export const MAX_DEFERRALS = 8;
 /** A worker with nothing to do is ended after this long (it holds a copy of the vocabulary). */
 const IDLE_MS = 60_000;
 
@@ -121,6 +121,9 @@ parentPort.on('message', ({ id, text, special }) => {
 });
 `;
 
+/** What an entry of the cache holds: its text (UTF-16) and its ids (a JavaScript array's 8 bytes each). */
+const bytesOf = (key: string, encoding: RawEncoding) => 2 * key.length + 8 * encoding.ids.length;
+
 /** The key of a text in the cache: whether special tokens are added, then the text. */
 const keyOf = (text: string, special: boolean) => `${special ? '1' : '0'}${text}`;
 
@@ -137,7 +140,7 @@ export class OffThreadEncoder {
   private off = false;
   /** Texts tokenized, the most recently used last; and texts the library refused there (tokenized here, to say why). */
   private readonly done = new Map<string, RawEncoding>();
-  private doneChars = 0;
+  private doneBytes = 0;
   private readonly here = new Set<string>();
   /** Texts being tokenized there (two requests with the same prompt wait for one). */
   private readonly tokenizing = new Map<string, Promise<void>>();
@@ -186,6 +189,8 @@ export class OffThreadEncoder {
   close(): void {
     this.off = true;
     this.stop();
+    this.done.clear();
+    this.doneBytes = 0;
   }
 
   private async tokenize(text: string, special: boolean, key: string): Promise<void> {
@@ -205,14 +210,20 @@ export class OffThreadEncoder {
   }
 
   private keep(key: string, encoding: RawEncoding): void {
-    if (this.done.delete(key)) this.doneChars -= key.length;
+    this.forget(key);
     this.done.set(key, encoding);
-    this.doneChars += key.length;
+    this.doneBytes += bytesOf(key, encoding);
     for (const [old] of this.done) {
-      if (this.done.size <= CACHE_ENTRIES && this.doneChars <= CACHE_CHARS) break;
-      this.done.delete(old);
-      this.doneChars -= old.length;
+      if (this.done.size <= CACHE_ENTRIES && this.doneBytes <= CACHE_BYTES) break;
+      this.forget(old);
     }
+  }
+
+  private forget(key: string): void {
+    const kept = this.done.get(key);
+    if (kept === undefined) return;
+    this.done.delete(key);
+    this.doneBytes -= bytesOf(key, kept);
   }
 
   private ask(text: string, special: boolean): Promise<Reply> {
@@ -227,7 +238,12 @@ export class OffThreadEncoder {
         this.waiting.delete(id);
         if (this.waiting.size === 0 && this.worker) {
           this.worker.unref();
-          this.idle = setTimeout(() => this.stop(), IDLE_MS);
+          // Idle a while: the worker and what was kept of its texts go (the requests that asked have long started).
+          this.idle = setTimeout(() => {
+            this.stop();
+            this.done.clear();
+            this.doneBytes = 0;
+          }, IDLE_MS);
           this.idle.unref();
         }
         resolve(reply);

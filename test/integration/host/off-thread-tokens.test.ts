@@ -153,6 +153,17 @@ describe('a request with a long prompt', () => {
     here.close();
   }, 60_000);
 
+  it('a long predicted output (OpenAI’s prediction) is tokenized off the thread too, before the request is taken', async () => {
+    const order: string[] = [];
+    const seen = (name: string) => (f: StreamFrame) => {
+      if (f.type === 'accepted') order.push(name);
+    };
+    const long = runner.generate({ ...request('Hello'), prediction: english(8) }, seen('long'));
+    const short = runner.generate(request('Hello there'), seen('short'));
+    await Promise.all([long.result, short.result]);
+    expect(order).toEqual(['short', 'long']);
+  });
+
   it('measured (the window’s context meter, count_tokens) off the thread too, as counted on it', async () => {
     const req = request(english(7));
     const measured = await runner.measurePromptOffThread(req);
