@@ -296,7 +296,8 @@ async function laidOut(el: import('@playwright/test').Locator, at = 0) {
       range.setEnd(text, i + 1);
       return range.getBoundingClientRect();
     };
-    const n = text?.nodeValue?.length ?? 0;
+    // (A message's line ends with its newline, which is not laid out.)
+    const n = (text?.nodeValue ?? '').replace(/\n$/, '').length;
     const box = holder.getBoundingClientRect();
     return { direction: g.getComputedStyle(node).direction, first: at(0), last: at(n - 1), char: at(index), box };
   }, at);
@@ -318,6 +319,8 @@ test('right-to-left text reads right to left, each block of a reply in its own d
     '',
     'This paragraph is English.',
     '',
+    '**مرحبا** means hello.',
+    '',
     '- פריט ראשון',
     '- פריט שני',
     '',
@@ -334,7 +337,7 @@ test('right-to-left text reads right to left, each block of a reply in its own d
     server,
     'rtl',
     [
-      { id: 'u', role: 'user', content: 'שלום לכולם?\nAnd a line in English.' },
+      { id: 'u', role: 'user', content: 'שלום לכולם, מה שלומכם היום?\nAnd English.\nשלום means hello.' },
       { id: 'a', role: 'assistant', content: reply },
     ],
     { title },
@@ -347,14 +350,21 @@ test('right-to-left text reads right to left, each block of a reply in its own d
   // The message: right to left, and each line in its own direction.
   const user = app.getByTestId('message-user').last().getByTestId('message-text');
   expect(await direction(user)).toBe('rtl');
-  const asked = await laidOut(user, 'שלום לכולם?'.length - 1);
+  const lines = user.locator('.line');
+  const asked = await laidOut(lines.nth(0), 'שלום לכולם, מה שלומכם היום?'.length - 1);
   // Its Hebrew line starts at the right, and its `?` is left of its first letter.
   expect(asked.first.right).toBeGreaterThan(asked.box.right - 20);
   expect(asked.char.right).toBeLessThanOrEqual(asked.first.left);
   // Its English line starts at the left, and ends with its full stop on the right.
-  const englishLine = await laidOut(user, 'שלום לכולם?\n'.length);
-  expect(englishLine.char.left).toBeLessThan(englishLine.box.left + 20);
-  expect(englishLine.last.left).toBeGreaterThan(englishLine.char.right);
+  const englishLine = await laidOut(lines.nth(1));
+  expect(englishLine.first.left).toBeLessThan(englishLine.box.left + 20);
+  expect(englishLine.last.left).toBeGreaterThan(englishLine.first.right);
+  // A line of English that opens with a Hebrew word (a lesson): left to right, as most of its letters read.
+  const lesson = await laidOut(lines.nth(2), 'שלום '.length);
+  expect(lesson.first.left).toBeLessThan(lesson.box.left + 60);
+  expect(lesson.last.left).toBeGreaterThan(lesson.char.right);
+  // The text reads (and copies) as it was written, its newlines kept.
+  expect(await user.textContent()).toBe('שלום לכולם, מה שלומכם היום?\nAnd English.\nשלום means hello.');
 
   const bubble = lastReply(app).getByTestId('message-text');
   expect(await direction(bubble)).toBe('rtl');
@@ -364,6 +374,8 @@ test('right-to-left text reads right to left, each block of a reply in its own d
   const english = await laidOut(bubble.locator('p', { hasText: 'English' }));
   expect(english.direction).toBe('ltr');
   expect(english.first.left).toBeLessThan(english.box.left + 20);
+  // An English paragraph that opens with an Arabic word: left to right too.
+  expect(await direction(bubble.locator('p', { hasText: 'means hello' }))).toBe('ltr');
   expect(await direction(bubble.locator('ul'))).toBe('rtl');
   expect(await direction(bubble.locator('li').first())).toBe('rtl');
   expect(await direction(bubble.locator('blockquote'))).toBe('rtl');

@@ -9,7 +9,7 @@ import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes } from '../lib/attachments';
 import { busyElsewhere } from '../lib/busy-elsewhere';
-import { markdownDirection } from '../lib/direction';
+import { markdownDirection, textDirection } from '../lib/direction';
 import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
@@ -1087,9 +1087,9 @@ function UserMessage({
           )}
         </span>
       </div>
-      {/* Each paragraph in its own direction (unicode-bidi: plaintext, styles.css), the box its first one's. */}
-      <div className="bubble" data-testid="message-text" dir="auto">
-        {message.content}
+      {/* Each line in the direction of its letters (as a reply's blocks: lib/direction.ts), the box in its whole text's. */}
+      <div className="bubble" data-testid="message-text" dir={textDirection(message.content) ?? 'auto'}>
+        <MessageLines text={message.content} />
       </div>
       {message.attachments && message.attachments.length > 0 && <SentFiles files={message.attachments} />}
       {/* The chat ends with this message and no reply (imported so, say): a button asks the model for one. */}
@@ -1173,5 +1173,27 @@ export const Message = memo(function Message({
     </div>
   ) : (
     <div className="message system muted">system: {message.content}</div>
+  );
+});
+
+/** Lines of a message past this many are not set apart (a pasted file of thousands): the box's direction is theirs. */
+const DIRECTED_LINES = 500;
+
+/**
+ * A message's text, each line a block of its own in the direction of its letters (its newline kept in it: the text
+ * reads, copies and is found as it was written).
+ */
+const MessageLines = memo(function MessageLines({ text }: { text: string }) {
+  const lines = text.split('\n');
+  if (lines.length === 1 || lines.length > DIRECTED_LINES) return <>{text}</>;
+  return (
+    <>
+      {lines.map((line, i) => (
+        // biome-ignore lint/suspicious/noArrayIndexKey: a line is where it is in the text, which does not change.
+        <span key={i} className="line" dir={textDirection(line)}>
+          {i < lines.length - 1 ? `${line}\n` : line}
+        </span>
+      ))}
+    </>
   );
 });

@@ -1,21 +1,34 @@
 /**
- * The writing direction of people's text (pure, unit-tested): a Hebrew or Arabic message, title or name reads right
- * to left. Most elements take it from the browser (`dir="auto"`: the first strong character of their text); this is
- * for what it cannot see through — a reply's Markdown, whose blocks each have their own direction, as a whole, and
- * a list or quote holding blocks (see rehypeDirection).
+ * The writing direction of people's text (pure, unit-tested): a Hebrew or Arabic message reads right to left. A
+ * message's lines and a reply's blocks take the direction most of their letters read in, not the first letter's
+ * (the browser's `dir="auto"`): an English line that opens with a Hebrew or Arabic word (a language lesson) reads
+ * left to right, and a Hebrew one that opens with a brand name right to left. Titles, names and the boxes being
+ * typed in keep `dir="auto"`.
  */
 
 /** The letters of the scripts written right to left (Unicode's bidi classes R and AL). */
 const RTL_LETTER =
   /[\p{Script=Hebrew}\p{Script=Arabic}\p{Script=Syriac}\p{Script=Thaana}\p{Script=Nko}\p{Script=Samaritan}\p{Script=Mandaic}\p{Script=Adlam}\p{Script=Hanifi_Rohingya}\p{Script=Yezidi}\p{Script=Mende_Kikakui}\p{Script=Imperial_Aramaic}\p{Script=Phoenician}\p{Script=Kharoshthi}\p{Script=Avestan}\p{Script=Nabataean}\p{Script=Palmyrene}\p{Script=Hatran}\p{Script=Manichaean}\p{Script=Old_South_Arabian}\p{Script=Old_North_Arabian}\p{Script=Sogdian}\p{Script=Old_Sogdian}\p{Script=Elymaic}\p{Script=Chorasmian}\p{Script=Old_Hungarian}\p{Script=Lydian}\p{Script=Cypriot}\p{Script=Meroitic_Cursive}\p{Script=Meroitic_Hieroglyphs}\p{Script=Inscriptional_Parthian}\p{Script=Inscriptional_Pahlavi}\p{Script=Psalter_Pahlavi}]/u;
 /** A strong character (near enough): a letter of any script; digits, marks and punctuation are not. */
-const STRONG = /[\p{L}\p{Nl}]/u;
+const STRONG = /[\p{L}\p{Nl}]/gu;
+/** The letters read to tell a text's direction: its first ones (a reply of MBs is not read whole at each token). */
+const READ_CHARS = 4096;
 
-/** The direction of the first strong character of `text` (as `dir="auto"` finds it); undefined where none is. */
+/**
+ * The direction most of the strong characters of `text` read in (its first READ_CHARS characters'; a tie: the first
+ * one's); undefined where it has none.
+ */
 export function textDirection(text: string): 'ltr' | 'rtl' | undefined {
-  const m = STRONG.exec(text);
-  if (!m) return undefined;
-  return RTL_LETTER.test(m[0]) ? 'rtl' : 'ltr';
+  let rtl = 0;
+  let ltr = 0;
+  let first: 'ltr' | 'rtl' | undefined;
+  for (const m of text.slice(0, READ_CHARS).matchAll(STRONG)) {
+    const dir = RTL_LETTER.test(m[0]) ? 'rtl' : 'ltr';
+    first ??= dir;
+    if (dir === 'rtl') rtl++;
+    else ltr++;
+  }
+  return rtl === ltr ? first : rtl > ltr ? 'rtl' : 'ltr';
 }
 
 /** Markdown's code and math: left to right, whatever the text around them (a fence left open runs to the end). */
@@ -28,12 +41,10 @@ const CODE_AND_MATH = [
   /\\\([\s\S]*?\\\)/g,
 ];
 
-/** The direction a Markdown text reads in: its first strong character outside code and math, as `textDirection`. */
+/** The direction a Markdown text reads in: its letters' outside code and math, as `textDirection`. */
 export function markdownDirection(text: string): 'ltr' | 'rtl' | undefined {
-  // The first strong character is most often in the first few: the rest is read only where it is not.
-  const quick = textDirection(text.slice(0, 200).replace(/[`~$\\][\s\S]*/, ''));
-  if (quick) return quick;
-  return textDirection(CODE_AND_MATH.reduce((t, re) => t.replace(re, ' '), text));
+  // Its first few KB: code and math taken out of them first (a fence they cut runs to their end, and goes too).
+  return textDirection(CODE_AND_MATH.reduce((t, re) => t.replace(re, ' '), text.slice(0, 4 * READ_CHARS)));
 }
 
 /** A HAST node, as far as rehypeDirection reads one. */
@@ -45,10 +56,9 @@ export interface DirNode {
   children?: DirNode[];
 }
 
-/** Blocks whose text is one paragraph: the browser finds their direction (`dir="auto"`). */
+/** Blocks whose text is one paragraph: given the direction of their letters. */
 const TEXT_BLOCKS = new Set(['p', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'td', 'th', 'dt', 'dd', 'summary', 'figcaption']);
-/** Blocks that hold blocks: given the direction of their first strong character (the browser's `dir="auto"` does
- * not look into a child with a `dir` of its own, which each block inside has). */
+/** Blocks that hold blocks: given the direction of the letters of all of them (each block inside has its own). */
 const CONTAINERS = new Set(['ul', 'ol', 'blockquote', 'table', 'li', 'details', 'dl']);
 
 function isKatex(node: DirNode): boolean {
@@ -56,7 +66,7 @@ function isKatex(node: DirNode): boolean {
   return Array.isArray(c) && (c.includes('katex') || c.includes('katex-display'));
 }
 
-/** The text `dir="auto"` reads of a node: all of it but what has a direction of its own (code, math). */
+/** The text of a node that tells its direction: all of it but what has a direction of its own (code, math). */
 function directedText(node: DirNode): string {
   if (node.type === 'text') return node.value ?? '';
   if (node.tagName === 'pre' || node.tagName === 'code' || isKatex(node)) return '';
@@ -64,9 +74,9 @@ function directedText(node: DirNode): string {
 }
 
 /**
- * Gives each block of a reply its own direction: a paragraph, heading or table cell `dir="auto"`; a list, item,
- * quote or table the direction of its first strong character (none: it follows its parent); code (blocks and
- * inline) and math left to right, set apart from the text around them. Runs on the HAST that react-markdown made.
+ * Gives each block of a reply its own direction: a paragraph, heading, table cell, list, item, quote or table the
+ * direction of its letters (none: it follows its parent); code (blocks and inline) and math left to right, set apart
+ * from the text around them. Runs on the HAST that react-markdown made.
  */
 export function setDirections(node: DirNode): void {
   for (const child of node.children ?? []) {
@@ -76,8 +86,7 @@ export function setDirections(node: DirNode): void {
       continue;
     }
     setDirections(child);
-    if (child.tagName && TEXT_BLOCKS.has(child.tagName)) child.properties = { ...child.properties, dir: 'auto' };
-    else if (child.tagName && CONTAINERS.has(child.tagName)) {
+    if (child.tagName && (TEXT_BLOCKS.has(child.tagName) || CONTAINERS.has(child.tagName))) {
       const dir = textDirection(directedText(child));
       if (dir) child.properties = { ...child.properties, dir };
     }

@@ -1,16 +1,20 @@
 /**
- * The writing direction of people's text (lib/direction.ts): the first strong character's, as `dir="auto"` finds
- * it; a reply's outside its code and math; and each block of a reply's Markdown given its own (rehypeDirection).
+ * The writing direction of people's text (lib/direction.ts): the one most of its letters read in; a reply's outside
+ * its code and math; and each block of a reply's Markdown given its own (rehypeDirection).
  */
 import { describe, expect, it } from 'vitest';
 import { type DirNode, markdownDirection, setDirections, textDirection } from '../../../src/renderer/lib/direction';
 
 describe('textDirection', () => {
-  it('is the first letter’s, past digits, spaces and punctuation', () => {
+  it('is the one most of its letters read in, past digits, spaces and punctuation (a tie: the first’s)', () => {
     expect(textDirection('שלום עולם?')).toBe('rtl');
     expect(textDirection('مرحبا')).toBe('rtl');
     expect(textDirection('ދިވެހި')).toBe('rtl');
-    expect(textDirection('12, «שלום» and more')).toBe('rtl');
+    expect(textDirection('12, «שלום» and')).toBe('rtl');
+    // A language lesson opens with the word it teaches; a Hebrew line with a brand name.
+    expect(textDirection('שלום means hello — how do I say goodbye?')).toBe('ltr');
+    expect(textDirection('**مرحبا** (marhaban) is the most common way to say hello')).toBe('ltr');
+    expect(textDirection('iPhone שלי לא נטען מאתמול')).toBe('rtl');
     expect(textDirection('Hello שלום')).toBe('ltr');
     expect(textDirection('Привет')).toBe('ltr');
     expect(textDirection('日本語')).toBe('ltr');
@@ -25,6 +29,7 @@ describe('markdownDirection', () => {
     expect(markdownDirection('`ls -la` היא פקודה')).toBe('rtl');
     expect(markdownDirection('$$x = y$$ זה נכון')).toBe('rtl');
     expect(markdownDirection('\\( a \\) اختبار')).toBe('rtl');
+    expect(markdownDirection('# Title\n\nשלום עולם')).toBe('rtl');
     expect(markdownDirection('# Title\n\nשלום')).toBe('ltr');
     expect(markdownDirection('```js\nlet x = 1;')).toBeUndefined();
     expect(markdownDirection('1. **שלום**')).toBe('rtl');
@@ -56,7 +61,7 @@ describe('setDirections', () => {
     };
     setDirections(tree);
     const [p, ul, quote, pre, math, ol, table] = tree.children ?? [];
-    expect(p?.properties?.dir).toBe('auto');
+    expect(p?.properties?.dir).toBe('rtl');
     expect(ul?.properties?.dir).toBe('rtl');
     const li = ul?.children?.[0];
     // A list item holding a paragraph: the browser's dir="auto" would not look into the paragraph (it has its own).
