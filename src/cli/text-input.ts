@@ -81,6 +81,19 @@ function firstBadUtf16(bytes: Uint8Array, encoding: 'utf-16le' | 'utf-16be'): Fa
  * UTF-8), the BOM dropped. Bytes that are not text of it are BAD_REQUEST naming `what` (`stdin`, `--tools
  * tools.json`), the offset in the whole input where it goes wrong, and what to do.
  */
+/** The byte order marks start() tells apart. */
+const BOMS = [
+  [0xef, 0xbb, 0xbf],
+  [0xff, 0xfe, 0x00, 0x00],
+  [0x00, 0x00, 0xfe, 0xff],
+  [0xfe, 0xff],
+];
+
+/** Whether more bytes after `bytes` could make a BOM of them, or tell which one they begin. */
+function mayBeBom(bytes: Uint8Array): boolean {
+  return BOMS.some((bom) => bytes.length < bom.length && bytes.every((x, i) => x === bom[i]));
+}
+
 export class TextInput {
   private encoding: Encoding | null = null;
   /** Bytes not decoded yet: the first (until they show a BOM or none), or a character the chunk's end cut. */
@@ -101,8 +114,9 @@ export class TextInput {
     if (this.error) return '';
     const bytes = Buffer.concat([this.carry, chunk]);
     if (this.encoding !== null) return this.decode(bytes, false);
-    // Four bytes tell UTF-32's BOM from UTF-16 LE's.
-    if (bytes.length < 4) {
+    // Held only while they may still begin a BOM (four bytes tell UTF-32's from UTF-16 LE's): a piped chat's "hi" is
+    // a turn as it comes.
+    if (mayBeBom(bytes)) {
       this.carry = bytes;
       return '';
     }

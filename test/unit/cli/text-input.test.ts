@@ -77,6 +77,17 @@ describe('decodeText', () => {
     }
   });
 
+  it('gives a short first chunk at once unless it may begin a byte order mark (a piped chat’s "hi" is a turn)', () => {
+    expect(new TextInput('stdin').push(Buffer.from('hi\n'))).toBe('hi\n');
+    expect(new TextInput('stdin').push(Buffer.from('é'))).toBe('é');
+    const utf16 = new TextInput('stdin');
+    expect(utf16.push(Buffer.from([0xff, 0xfe]))).toBe('');
+    expect(utf16.push(Buffer.from([0x68, 0x00]))).toBe('h');
+    const bom8 = new TextInput('stdin');
+    expect(bom8.push(Buffer.from([0xef, 0xbb]))).toBe('');
+    expect(bom8.push(Buffer.from([0xbf, 0x79]))).toBe('y');
+  });
+
   it('as a stream: the text of what came before, then the error', async () => {
     const stream = Readable.from([utf16le('one\ntwo\n').subarray(0, 7), utf16le('one\ntwo\n').subarray(7)]);
     expect(await readAll(stream.pipe(textStream('stdin')))).toBe('one\ntwo\n');
