@@ -26,6 +26,10 @@ export function exportFileName(thread: Thread, extension: 'md' | 'json'): string
     .normalize('NFKD')
     .replace(/(\p{Script=Latin})\p{M}+/gu, '$1') // accents: é → e, not e-
     .normalize('NFC')
+    // A mark stays only after a letter (or its marks): one after an emoji, a digit or a space (an emoji's variation
+    // selector U+FE0F, a keycap) goes.
+    .replace(/([^\p{L}\p{M}])\p{M}+/gu, '$1')
+    .replace(/^\p{M}+/u, '')
     .replace(/[^\p{L}\p{N}\p{M}]+/gu, '-')
     .toLowerCase();
   // Cut between characters (never inside a surrogate pair, nor between a letter and its marks), then trim the

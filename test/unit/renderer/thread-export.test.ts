@@ -632,6 +632,16 @@ describe('export file names', () => {
     expect(name('Привет, мир: 日本語 ΓΕΙΑ σου')).toBe('привет-мир-日本語-γεια-σου.md');
   });
 
+  // Marks stay only on letters and digits: an emoji's variation selector (U+FE0F) or keycap, or a mark after a
+  // space, went to the start of the name, invisible.
+  it('keeps no mark where its emoji or space became a dash', () => {
+    expect(name('⚠️ Build fails on CI')).toBe('build-fails-on-ci.md');
+    expect(name('I ❤️ Rust')).toBe('i-rust.md');
+    expect(name('✔️')).toBe('chat.md');
+    expect(name('Step 1️⃣')).toBe('step-1.md');
+    expect(name('x \u0308y')).toBe('x-y.md');
+  });
+
   it('is "chat" for a title without letters or digits', () => {
     expect(name('?!… — ***')).toBe('chat.md');
     expect(name('')).toBe('chat.md');
