@@ -141,4 +141,17 @@ describe('searchForm', () => {
     expect(searchForm('\u00e9').includes(searchForm('E\u0301'))).toBe(true);
     expect(searchForm('한국어')).toBe('한국어'.normalize('NFC'));
   });
+
+  it('is NFC whatever the text: the same as lower case then normalize (which it skips where it changes nothing)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 40 }), (text) => {
+        expect(searchForm(text)).toBe(text.toLowerCase().normalize('NFC'));
+      }),
+      { numRuns: 500 },
+    );
+    // Decomposed Hangul jamo, an Ohm sign (NFC: Ω), a mark after ASCII.
+    for (const text of ['\u1100\u1161', '\u2126', 'a\u0308']) {
+      expect(searchForm(text)).toBe(text.toLowerCase().normalize('NFC'));
+    }
+  });
 });
