@@ -655,8 +655,14 @@ function round(n: number): number {
 export function printable(text: string): string {
   return text.replace(
     /\u{1f3f4}[\u{e0020}-\u{e007e}]+\u{e007f}|[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Zl}\p{Zp}\ufffd]/gu,
-    (c) => {
-      if (c === '\u200c' || c === '\u200d' || c.codePointAt(0) === 0x1f3f4) return c;
+    (c, at: number) => {
+      if (c.codePointAt(0) === 0x1f3f4) return c;
+      // A joiner between two letters of a script that joins or two parts of an emoji; elsewhere (an id's end, an
+      // ASCII name: "model\u200d" would look like "model") it is escaped.
+      if ((c === '\u200c' || c === '\u200d') && joins(Array.from(text.slice(Math.max(0, at - 2), at)).pop())) {
+        const next = text.codePointAt(at + 1);
+        if (next !== undefined && joins(String.fromCodePoint(next))) return c;
+      }
       const code = c.codePointAt(0) as number;
       const hex = code.toString(16);
       return code <= 0xff
@@ -667,6 +673,12 @@ export function printable(text: string): string {
     },
   );
 }
+
+/** What a joiner may stand between: a letter beyond ASCII, a mark (U+FE0F too), an emoji or its modifier. */
+function joins(c: string | undefined): boolean {
+  return c !== undefined && (c.codePointAt(0) as number) > 0x7f && JOINING.test(c);
+}
+const JOINING = /[\p{L}\p{M}\p{Extended_Pictographic}\p{Emoji_Modifier}]/u;
 
 /** `kvdesk list`'s flags. */
 export const LIST_OPTIONS = { json: { type: 'boolean' }, 'data-dir': { type: 'string' } } as const;

@@ -18,6 +18,15 @@ describe('printable', () => {
     }
   });
 
+  // A joiner anywhere else would make two ids look alike: `model\u200d` printed as `model`.
+  it('escapes a joiner that joins nothing: at an end, beside ASCII', () => {
+    expect(printable('model\u200d')).toBe('model\\u200d');
+    expect(printable('\u200dmodel')).toBe('\\u200dmodel');
+    expect(printable('mo\u200cdel')).toBe('mo\\u200cdel');
+    expect(printable('👩🏽\u200d')).toBe('👩🏽\\u200d');
+    expect(printable('a\u200d💻')).toBe('a\\u200d💻');
+  });
+
   it('escapes bidi overrides, embeddings, isolates and marks, and other invisible or control characters', () => {
     const bidi = [
       '\u202a',
