@@ -2,7 +2,7 @@
  * Atomic, durable file writes: a temp file flushed to disk, then a rename, so neither a crash nor a power cut
  * leaves half a file (or, on file systems that delay allocation, an empty one) where the old one was.
  */
-import { chmod, mkdir, open, rename, rm } from 'node:fs/promises';
+import { chmod, link, mkdir, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from './private-data';
 
@@ -16,8 +16,11 @@ let tmpSeq = 0;
 export async function writeAtomic(
   file: string,
   data: string,
-  /** `setMode`: the file system's chmod (a test's stands for one that refuses it). */
-  opts: { mode?: number; setMode?: (file: string, mode: number) => Promise<void> } = {},
+  /**
+   * `setMode`: the file system's chmod (a test's stands for one that refuses it). `exclusive`: only if there is no
+   * file under that name yet (EEXIST otherwise): the whole file appears at once, through a hard link, or not at all.
+   */
+  opts: { mode?: number; setMode?: (file: string, mode: number) => Promise<void>; exclusive?: boolean } = {},
 ): Promise<void> {
   await mkdir(path.dirname(file), { recursive: true, mode: PRIVATE_DIR_MODE });
   // Unique per write: two saves in the same millisecond must not share a temp file.
@@ -36,7 +39,10 @@ export async function writeAtomic(
     // whatever the umask. A file system that refuses modes (some FUSE mounts: ENOTSUP, EPERM) keeps the save: the
     // file was created with `mode` already, the chmod only corrects for the umask.
     await (opts.setMode ?? chmod)(tmp, mode).catch(() => {});
-    await rename(tmp, file);
+    if (opts.exclusive) {
+      await link(tmp, file);
+      await rm(tmp, { force: true });
+    } else await rename(tmp, file);
   } catch (err) {
     // Nothing else ever removes it: each failed save would leave one more beside the file.
     await rm(tmp, { force: true }).catch(() => {});
