@@ -32,6 +32,7 @@ import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { slugify } from '../packages/spec-assembly';
 import { summaryOf, ThreadStore } from '../store/thread-store';
+import { sweepTemps } from '../store/write-atomic';
 import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
 import { type HeldLock, takeLock } from './folder-lock';
@@ -331,6 +332,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
   const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   await prepareDataDir(opts.dataDir, log);
+  // What saves cut off (kvdesk killed while writing a chat, the settings, the library) left beside their files.
+  await sweepTemps([opts.dataDir, path.join(opts.dataDir, 'threads')], log);
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
