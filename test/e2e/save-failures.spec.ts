@@ -118,3 +118,55 @@ test('settings that could not be saved are said, and the server log says so', as
     writeFileSync(file, '{}');
   }
 });
+
+test('a delete the host refuses puts the chat back in its place and says why; the settings notice does not hide it', async ({
+  page,
+  smallServer,
+}) => {
+  await open(page, smallServer);
+  const titles = ['first to keep', 'second to delete', 'third to keep'];
+  const ids: string[] = [];
+  for (const t of titles) {
+    ids.push(await newChat(page));
+    await setSettings(page, { maxNewTokens: 2 });
+    await send(page, t);
+    await expect(page.getByTestId('message-assistant').last()).toHaveAttribute('data-state', 'done', {
+      timeout: 30_000,
+    });
+  }
+  const target = ids[1] as string;
+  const rows = page.getByTestId('thread-list').locator('[data-testid="thread-item"][data-thread-id]');
+  const order = () => rows.evaluateAll((els) => els.map((e) => e.getAttribute('data-thread-id')));
+  await expect.poll(order).toEqual(expect.arrayContaining(ids));
+  const before = await order();
+  // The host cannot note the delete (a folder where deleted-threads.json goes), nor save the settings that the
+  // delete changes (the chat open next): two refusals, one after the other.
+  const deleted = path.join(smallServer.dataDir, 'deleted-threads.json');
+  const settings = path.join(smallServer.dataDir, 'settings.json');
+  for (const f of [deleted, settings]) {
+    rmSync(f, { recursive: true, force: true });
+    mkdirSync(f);
+    writeFileSync(path.join(f, 'keep'), 'x');
+  }
+  try {
+    await page.getByTestId('thread-list').locator(`[data-thread-id="${target}"]`).first().click();
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', target);
+    const row = page.locator(`[data-testid="thread-item"][data-thread-id="${target}"]`);
+    await row.hover();
+    await row.getByTestId('thread-delete').click();
+    await row.getByTestId('thread-delete').click();
+    const notices = page.locator('[data-testid="notice"], [data-testid="notice-earlier"]');
+    await expect(notices.filter({ hasText: 'Could not delete “second to delete”:' })).toHaveCount(1);
+    await expect(notices.filter({ hasText: 'Your settings were not saved' })).toHaveCount(1);
+    // Back in the list, where it was.
+    await expect.poll(order).toEqual(before);
+    await expect(notices.filter({ hasText: 'Could not delete “second to delete”:' })).toContainText(deleted);
+  } finally {
+    for (const f of [deleted, settings]) rmSync(f, { recursive: true, force: true });
+    writeFileSync(settings, '{}');
+  }
+  // The host has it still: a reload lists it.
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await expect(page.getByTestId('thread-list').locator(`[data-thread-id="${target}"]`).first()).toBeVisible();
+});

@@ -10,7 +10,7 @@
  * had its pid before: it is stale, as is one of a process that is gone.
  */
 import { randomBytes } from 'node:crypto';
-import { readFile, readlink, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { type FileHandle, open, readFile, readlink, rm, stat, utimes } from 'node:fs/promises';
 import os from 'node:os';
 import { alive } from '../store/file-lock';
 
@@ -144,8 +144,9 @@ export async function takeLock(file: string): Promise<HeldLock | Extract<LockSta
     since: new Date().toISOString(),
   };
   for (let attempt = 0; attempt < 3; attempt++) {
+    let fd: FileHandle;
     try {
-      await writeFile(file, `${JSON.stringify(me)}\n`, { flag: 'wx' });
+      fd = await open(file, 'wx');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       const now = await lockState(file);
@@ -153,6 +154,15 @@ export async function takeLock(file: string): Promise<HeldLock | Extract<LockSta
       if (now.state === 'stale') await rm(file, { force: true });
       continue;
     }
+    try {
+      await fd.writeFile(`${JSON.stringify(me)}\n`);
+    } catch (err) {
+      // Made but not written (a full disk): the empty file is this call's own, and would stand for a lock 20 s.
+      await fd.close().catch(() => {});
+      await rm(file, { force: true });
+      throw err;
+    }
+    await fd.close();
     // Two takers of one stale lock: the one whose file stands holds it.
     const written = parseHolder(await readFile(file, 'utf8').catch(() => ''));
     if (typeof written !== 'object' || written?.token !== me.token) continue;

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type ApiServerRequest,
@@ -27,11 +27,13 @@ import {
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
+import { formatBytes } from '../../shared/format';
 import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { slugify } from '../packages/spec-assembly';
 import { summaryOf, ThreadStore } from '../store/thread-store';
+import { sweepTemps } from '../store/write-atomic';
 import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
 import { type HeldLock, takeLock } from './folder-lock';
@@ -79,6 +81,12 @@ export interface HostApi {
   uploadStaging(): Promise<string>;
   /** Removes what is left of an upload's folder (from uploadStaging) and its lock: once the upload is over. */
   dropStaging(staging: string): Promise<void>;
+  /**
+   * An upload that met a full disk (ENOSPC, EDQUOT) while its files or its lock were written: the error that names
+   * the models folder, the room the upload needs (`needBytes`, where known) and what is free there, said once in
+   * the log (detail.diskFull: answered 507); undefined for any other failure.
+   */
+  uploadNoRoom(err: unknown, needBytes?: number): Promise<KvdeskError | undefined>;
   /**
    * The package an upload wrote into `staging` (from uploadStaging) joins the library and loads (or not), as
    * importFiles' does; the caller drops `staging` afterwards (dropStaging).
@@ -331,6 +339,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
   const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   await prepareDataDir(opts.dataDir, log);
+  // What saves cut off (kvdesk killed while writing a chat, the settings, the library) left beside their files.
+  await sweepTemps([opts.dataDir, path.join(opts.dataDir, 'threads')], log);
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
@@ -583,6 +593,25 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       stagingLocks.set(staging, held);
       return staging;
     }
+  }
+
+  async function uploadNoRoom(err: unknown, needBytes?: number): Promise<KvdeskError | undefined> {
+    const code = (err as NodeJS.ErrnoException | null)?.code;
+    if (code !== 'ENOSPC' && code !== 'EDQUOT') return undefined;
+    const fs = await statfs(libraryDir).catch(() => null);
+    const free = fs ? Number(fs.bavail) * Number(fs.bsize) : undefined;
+    const need = needBytes !== undefined && Number.isFinite(needBytes) && needBytes > 0 ? needBytes : undefined;
+    const room = [
+      need !== undefined ? `the upload needs ${formatBytes(need)}` : undefined,
+      free !== undefined ? `${formatBytes(free)} is free` : undefined,
+    ].filter((x) => x !== undefined);
+    const message = `not enough space on the disk of ${libraryDir}${code === 'EDQUOT' ? ' (your disk quota is used up)' : ''}${room.length ? `: ${room.join(', ')}` : ''}. Free some space there (or start kvdesk with another data folder), then upload the package again; kvdesk kept nothing of it.`;
+    log(`kvdesk: an upload was refused: ${message}`);
+    return new KvdeskError('INTERNAL', message, {
+      diskFull: true,
+      ...(need !== undefined ? { needBytes: need } : {}),
+      ...(free !== undefined ? { freeBytes: free } : {}),
+    });
   }
 
   async function dropStaging(staging: string): Promise<void> {
@@ -981,15 +1010,15 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     importFiles(upload) {
       return wrap(async () => {
         if (upload.files.length === 0) throw new KvdeskError('BAD_REQUEST', 'the dropped folder is empty');
-        checkUploadSize(
-          upload.files.length,
-          upload.files.reduce((n, f) => n + f.data.byteLength, 0),
-        );
+        const total = upload.files.reduce((n, f) => n + f.data.byteLength, 0);
+        checkUploadSize(upload.files.length, total);
         const files = upload.files.map((f) => ({ rel: safeRelativePath(f.path), data: f.data }));
         // Checked before anything is written: a clash is the person's to fix, not the disk's to report.
         const check = uploadPathCheck();
         for (const f of files) check(f.rel);
-        const staging = await uploadStaging();
+        const staging = await uploadStaging().catch(async (err: unknown) => {
+          throw (await uploadNoRoom(err, total)) ?? err;
+        });
         try {
           for (const f of files) {
             const target = path.join(staging, f.rel);
@@ -999,7 +1028,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
               await mkdir(path.dirname(target), { recursive: true });
               await writeFile(target, f.data, { flag: 'wx' });
             } catch (err) {
-              throw uploadWriteError(err, f.rel);
+              throw (await uploadNoRoom(err, total)) ?? uploadWriteError(err, f.rel);
             }
           }
           return await commitStaged(upload.name, staging, upload.load !== false);
@@ -1010,6 +1039,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     uploadStaging,
     dropStaging,
+    uploadNoRoom,
     importStaged(upload) {
       return wrap(async () => {
         const listed = await filesUnder(upload.staging);

@@ -525,7 +525,20 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         refuse(tooLarge(declared, limit, opts.raiseLimits?.upload));
         return;
       }
-      const staging = await hostApi.uploadStaging();
+      /** A full disk (its files', or its lock's, write refused): 507, with the room needed and free. */
+      const noRoom = async (err: unknown) => {
+        const said = await hostApi.uploadNoRoom(err, Number.isFinite(declared) ? declared : undefined);
+        return said && (() => sendImported(res, { ok: false, error: toErrorInfo(said) }, loadIt, unread));
+      };
+      let staging: string;
+      try {
+        staging = await hostApi.uploadStaging();
+      } catch (err) {
+        const answer = await noRoom(err);
+        if (!answer) throw err;
+        answer();
+        return;
+      }
       unread = false;
       let answer: () => void;
       try {
@@ -534,10 +547,12 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         answer = () => sendImported(res, result, loadIt);
       } catch (err) {
         if (!(err instanceof HttpError)) {
+          // Gone first: the free space said is the disk's without the upload's part.
           await hostApi.dropStaging(staging);
-          throw err;
-        }
-        answer = () => refuse(err);
+          const full = await noRoom(err);
+          if (!full) throw err;
+          answer = full;
+        } else answer = () => refuse(err);
       }
       // What is left of the upload goes before the answer: nothing of it is on disk once the client hears.
       await hostApi.dropStaging(staging);

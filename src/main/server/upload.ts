@@ -50,9 +50,17 @@ export function uploadLoads(url: URL): boolean {
  * The upload's answer, in the Result envelope: loaded, its value is the model (ModelInfo, as it always was);
  * with load=false, the package's copy in the library (ImportedPackage: root and spec).
  */
-export function sendImported(res: ServerResponse, result: Result<ImportedPackage>, loaded: boolean): void {
+export function sendImported(
+  res: ServerResponse,
+  result: Result<ImportedPackage>,
+  loaded: boolean,
+  /** Its body was not read (refused before): the connection closes. */
+  unread = false,
+): void {
   if (!result.ok) {
-    sendJson(res, errorFromInfo(result.error).status, result);
+    // A full disk (HostApi.uploadNoRoom): 507 Insufficient Storage, not a bug's 500.
+    const status = result.error.detail?.diskFull === true ? 507 : errorFromInfo(result.error).status;
+    sendJson(res, status, result, unread ? { connection: 'close' } : {});
     return;
   }
   const { model, ...kept } = result.value;

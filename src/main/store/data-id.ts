@@ -5,9 +5,10 @@
  * file, not the folder's path: a folder moved keeps it, and the page learns nothing of the paths.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from './private-data';
+import { writeAtomic } from './write-atomic';
 
 export const DATA_ID_FILE = 'kvdesk-id';
 const SHAPE = /^[A-Za-z0-9-]{8,64}$/;
@@ -18,18 +19,33 @@ const SHAPE = /^[A-Za-z0-9-]{8,64}$/;
  */
 export async function dataFolderId(dataDir: string, log: (line: string) => void): Promise<string | undefined> {
   const file = path.join(dataDir, DATA_ID_FILE);
-  const read = async () => (await readFile(file, 'utf8').catch(() => '')).trim();
+  /** The file's text, trimmed; undefined when there is no file. */
+  const read = async () =>
+    readFile(file, 'utf8').then(
+      (text) => text.trim(),
+      (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? undefined : ''),
+    );
   const had = await read();
-  if (SHAPE.test(had)) return had;
+  if (had !== undefined && SHAPE.test(had)) return had;
   const id = randomUUID();
   try {
     await mkdir(dataDir, { recursive: true, mode: PRIVATE_DIR_MODE });
-    // A file there that is not an id (empty, cut short) is replaced; one made meanwhile by another kvdesk is kept.
-    await writeFile(file, `${id}\n`, { flag: had === '' ? 'wx' : 'w', mode: PRIVATE_FILE_MODE });
-    return id;
+    // Written whole or not at all (a temp file, then its name): a full disk or a power cut leaves no empty id file.
+    // With none there, one made meanwhile by another kvdesk is kept; a file there that is not an id (empty, cut
+    // short by a kvdesk before this one) is replaced.
+    const write = (exclusive: boolean) => writeAtomic(file, `${id}\n`, { mode: PRIVATE_FILE_MODE, exclusive });
+    if (had !== undefined) await write(false);
+    else
+      await write(true).catch(async (err: NodeJS.ErrnoException) => {
+        // A file system without hard links (FAT): replaced as above.
+        if (err.code === 'EEXIST') throw err;
+        await write(false);
+      });
+    const now = await read();
+    return now !== undefined && SHAPE.test(now) ? now : id;
   } catch (err) {
     const now = await read();
-    if (SHAPE.test(now)) return now;
+    if (now !== undefined && SHAPE.test(now)) return now;
     log(
       `kvdesk: could not make ${file} (${(err as Error).message}): changes a browser keeps while this kvdesk cannot be reached may be made in another kvdesk started on its address later`,
     );

@@ -433,9 +433,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   let unsavedAlert: string | null = null;
   /** Alerts that a change is not saved yet (only this page has it): added to such an alert showing, not in its place. */
   function notSavedYet(text: string): void {
-    const showing = unsavedAlert !== null && s().notice === unsavedAlert ? unsavedAlert : null;
+    const shown = (text: string) => s().notice === text || s().earlierNotices.some((n) => n.text === text);
+    const showing = unsavedAlert !== null && shown(unsavedAlert) ? unsavedAlert : null;
     if (showing?.includes(text)) return;
     unsavedAlert = showing ? `${showing} ${text}` : text;
+    // In its own place (not kept above as an earlier notice: the longer one says it all).
+    if (showing) s().dropNotice(showing);
     notify(unsavedAlert, true);
   }
 
@@ -558,6 +561,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     pendingStore?.forget(pageId, threadId, at).catch(() => {});
   }
 
+  /** Chats this page dropped from its list and asked the host to delete, as they were: put back if it refuses. */
+  const deletedHere = new Map<string, { thread: Thread; summary?: ThreadSummary; known?: Thread }>();
+
   /** Deletes the chat on the host (this page dropped it already); one the connection's close left unanswered, again. */
   function deleteOnHost(id: string, title: string): void {
     const at = stamp();
@@ -571,7 +577,16 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         return;
       }
       forgetKept(id, at);
-      report(`Could not delete “${title}”`, r);
+      const back = deletedHere.get(id);
+      deletedHere.delete(id);
+      if (r.ok) return;
+      // The host still has it: back in the list, in its place (by its activity, as the list orders chats).
+      if (back && !s().threads.some((t) => t.id === id)) {
+        if (back.known) known.set(id, back.known);
+        if (back.summary) s().receiveSummary(back.summary);
+        else s().receiveThread(back.thread);
+      }
+      report(`Could not delete “${title}”`, r, true);
     });
   }
 
@@ -1248,7 +1263,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
     if (settingsUnanswered) saveSettings();
     // What only this page had is being saved now: the alert that said so goes.
-    if (unsavedAlert !== null && s().notice === unsavedAlert) s().setNotice(null);
+    if (unsavedAlert !== null) s().dropNotice(unsavedAlert);
     unsavedAlert = null;
     for (const id of [...unsettled]) {
       unsettled.delete(id);
@@ -1260,7 +1275,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (replace) for (const id of [...saveOnFetch, ...waitingSends.keys()]) fetchThread(id);
     void refreshHostState(replace);
     // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
-    if (s().notice === RECONNECTING) s().setNotice(null);
+    s().dropNotice(RECONNECTING);
   };
   /**
    * The kvdesk now on the page's address keeps another data folder than the one the page's chats came from (it was
@@ -2121,7 +2136,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       saveThread(id);
     },
     deleteThread(id) {
-      const title = s().threads.find((t) => t.id === id)?.title ?? UNTITLED;
+      const thread = s().threads.find((t) => t.id === id);
+      const title = thread?.title ?? UNTITLED;
+      if (thread) {
+        const summary = s().summaries[id];
+        const host = known.get(id);
+        deletedHere.set(id, { thread, ...(summary ? { summary } : {}), ...(host ? { known: host } : {}) });
+      }
       if (dropThread(id))
         notify(`“${title}” was deleted before your message in it was sent: it is back in the message box.`);
       deleteOnHost(id, title);

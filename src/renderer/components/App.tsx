@@ -190,7 +190,9 @@ function Notices() {
   const notice = useApp((s) => s.notice);
   const urgent = useApp((s) => s.noticeUrgent);
   const sticky = useApp((s) => s.stickyNotice);
+  const earlier = useApp((s) => s.earlierNotices);
   const setNotice = useApp((s) => s.setNotice);
+  const dropNotice = useApp((s) => s.dropNotice);
   const offline = useApp((s) => s.connection === 'reconnecting');
   const store = useAppStore();
   useEffect(() => {
@@ -200,6 +202,13 @@ function Notices() {
     }, NOTICE_MS);
     return () => clearTimeout(timer);
   }, [notice, offline, setNotice, store]);
+  // Each earlier one goes a notice's time after a newer one came over it (the first to go first).
+  useEffect(() => {
+    const first = earlier[0];
+    if (!first || offline) return;
+    const timer = setTimeout(() => dropNotice(first.text), Math.max(0, first.since + NOTICE_MS - Date.now()));
+    return () => clearTimeout(timer);
+  }, [earlier, offline, dropNotice]);
   // Under the header, whose height changes as it wraps in a narrow window.
   useEffect(() => {
     const header = document.querySelector('.header');
@@ -227,6 +236,20 @@ function Notices() {
           </button>
         </div>
       )}
+      {earlier.map((n) => (
+        // Said when it came (the newest then; not again now): shown on while a newer one is said below it.
+        <div className="notice" data-testid="notice-earlier" key={n.seq} aria-live="off">
+          <span>{n.text}</span>
+          <button
+            type="button"
+            className="small"
+            aria-label="Dismiss the earlier notice"
+            onClick={() => dropNotice(n.text)}
+          >
+            dismiss
+          </button>
+        </div>
+      ))}
       {notice && (
         // A failure the person must hear now (a model that did not load or unload) is an alert of its own.
         <div

@@ -2,6 +2,10 @@
 import type { StateCreator } from 'zustand/vanilla';
 import type { AppState, SettingsSlice } from './types';
 
+/** How many earlier passing notices stay shown beside the newest (the oldest goes first). */
+export const EARLIER_NOTICES_KEPT = 3;
+let noticeSeq = 0;
+
 export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> = (set) => ({
   ui: { inspectorOpen: true },
   view: 'chat',
@@ -10,6 +14,7 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   notice: null,
   stickyNotice: null,
   noticeUrgent: false,
+  earlierNotices: [],
   announcement: null,
   apiServer: null,
   sidebarOpen: false,
@@ -34,7 +39,23 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
     set({ transport });
   },
   setNotice(notice, stays = false, urgent = false) {
-    set(stays ? { stickyNotice: notice } : { notice, noticeUrgent: urgent });
+    if (stays) {
+      set({ stickyNotice: notice });
+      return;
+    }
+    set((s) => {
+      // The one showing stays in sight when another comes: last wins no more.
+      const earlier = s.earlierNotices.filter((n) => n.text !== notice && n.text !== s.notice);
+      if (notice !== null && s.notice !== null && s.notice !== notice)
+        earlier.push({ text: s.notice, seq: ++noticeSeq, since: Date.now() });
+      return { notice, noticeUrgent: urgent, earlierNotices: earlier.slice(-EARLIER_NOTICES_KEPT) };
+    });
+  },
+  dropNotice(text) {
+    set((s) => ({
+      ...(s.notice === text ? { notice: null } : {}),
+      earlierNotices: s.earlierNotices.filter((n) => n.text !== text),
+    }));
   },
   announce(text) {
     set((s) => ({ announcement: { text, seq: (s.announcement?.seq ?? 0) + 1 } }));

@@ -237,6 +237,12 @@ export interface SettingsSlice {
   /** The passing notice is a failure the person must hear now: said as an alert, not politely. */
   noticeUrgent: boolean;
   /**
+   * Passing notices a newer one came after while they were showing, oldest first (at most EARLIER_NOTICES_KEPT):
+   * still shown, above the newest, each for a notice's time from then or until dismissed. A second failure never hides
+   * the first (a chat's delete refused, then the settings' save it made refused too).
+   */
+  earlierNotices: Array<{ text: string; seq: number; since: number }>;
+  /**
    * What a screen reader is told politely of a change done without a sign where the focus is (a model loaded or
    * unloaded, a package validated, a control's value set); `seq` tells the same words said again from the last.
    */
@@ -258,6 +264,8 @@ export interface SettingsSlice {
   setConnection(state: ConnectionState): void;
   setTransport(kind: 'electron' | 'websocket'): void;
   setNotice(text: string | null, stays?: boolean, urgent?: boolean): void;
+  /** Takes a passing notice away wherever it is shown (the newest, or an earlier one): its cause is over. */
+  dropNotice(text: string): void;
   announce(text: string): void;
 }
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -25,5 +25,29 @@ describe('dataFolderId', () => {
     expect(again).toMatch(/^[0-9a-f-]{36}$/);
     expect(readFileSync(path.join(b, DATA_ID_FILE), 'utf8').trim()).toBe(again);
     expect(lines).toEqual([]);
+  });
+
+  it('an empty kvdesk-id (a first start on a full disk, a power cut) is replaced, whole, and said nowhere', async () => {
+    const a = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-id-'));
+    dirs.push(a);
+    const file = path.join(a, DATA_ID_FILE);
+    writeFileSync(file, '');
+    const lines: string[] = [];
+    const id = await dataFolderId(a, (l) => lines.push(l));
+    expect(lines).toEqual([]);
+    expect(id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(readFileSync(file, 'utf8')).toBe(`${id}\n`);
+    // Kept from then on; no temp file left beside it.
+    expect(await dataFolderId(a, (l) => lines.push(l))).toBe(id);
+    expect(readdirSync(a)).toEqual([DATA_ID_FILE]);
+  });
+
+  it('one made by another kvdesk between the read and the write is kept, not replaced', async () => {
+    const a = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-id-'));
+    dirs.push(a);
+    const [x, y] = await Promise.all([dataFolderId(a, () => {}), dataFolderId(a, () => {})]);
+    expect(x).toBe(y);
+    expect(readFileSync(path.join(a, DATA_ID_FILE), 'utf8').trim()).toBe(x);
+    expect(readdirSync(a)).toEqual([DATA_ID_FILE]);
   });
 });
