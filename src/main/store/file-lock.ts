@@ -105,7 +105,7 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
       if (code !== 'EEXIST') {
         throw new KvdeskError(
           'INTERNAL',
-          `could not make the lock file ${lockFile}${opts.what ? ` for ${opts.what}` : ''} (${code ?? (err as Error).message}): give your user write access to its folder`,
+          `could not make the lock file ${lockFile}${opts.what ? ` for ${opts.what}` : ''} (${code ?? (err as Error).message}): give your user write access to ${path.dirname(lockFile)}`,
           { file: lockFile },
         );
       }

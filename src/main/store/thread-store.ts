@@ -414,8 +414,24 @@ export class ThreadStore {
     return this.inOrder(file, () => this.writeThread(file, thread, savedBy));
   }
 
-  /** save's work, in the file's turn. */
-  private async writeThread(file: string, thread: Thread, savedBy?: string): Promise<number> {
+  /**
+   * save's work, in the file's turn, holding the chat's lock (`threads/<id>.json.lock`, file-lock.ts) from reading its
+   * revision to writing it: another kvdesk on the same data folder (a window and `kvdesk serve`) saving the same chat
+   * from the same revision at once is refused, as a page of this one's would be. Without it each read revision 1, both
+   * were written, and the turns of the one written first were lost.
+   */
+  private writeThread(file: string, thread: Thread, savedBy?: string): Promise<number> {
+    const lockFile = `${file}.lock`;
+    return withFileLock(lockFile, () => this.writeThreadLocked(file, thread, savedBy), {
+      what: `the chat "${thread.title}"`,
+    }).catch((err: unknown) => {
+      // The lock could not be made (a folder kvdesk may not write in): said in the log, as a write that failed is.
+      if (err instanceof KvdeskError && err.detail?.file === lockFile) this.sayOnce(err.message);
+      throw err;
+    });
+  }
+
+  private async writeThreadLocked(file: string, thread: Thread, savedBy?: string): Promise<number> {
     const base = thread.revision ?? 0;
     const stored = await this.heldBy(thread.id, file);
     // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
@@ -526,9 +542,24 @@ export class ThreadStore {
     this.held.delete(id);
     this.summaries.delete(id);
     this.haystacks.delete(id);
+    // Holding the chat's lock, as a save does: another kvdesk's save of it either comes before (and is deleted) or
+    // after (and is refused as deleted), never between the check and the write.
     await this.inOrder(file, async () => {
-      await this.noteDeleted(id);
-      await rm(file, { force: true });
+      // Noted in call order (the latest deletes are the ones kept), written once the lock is held.
+      const noted = this.noteDelete(id);
+      try {
+        await withFileLock(
+          `${file}.lock`,
+          async () => {
+            await this.writeDeleted(noted.version);
+            await rm(file, { force: true });
+          },
+          { what: `the chat "${id}"` },
+        );
+      } catch (err) {
+        if (this.deletesToWrite.get(id) === noted.at) this.deletesToWrite.delete(id);
+        throw err;
+      }
     });
   }
 
@@ -573,47 +604,46 @@ export class ThreadStore {
   }
 
   /**
-   * Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept), written before it is answered. The
-   * file is read again just before it is written, holding its lock (`deleted-threads.json.lock`, file-lock.ts), so
+   * Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept): it counts as deleted at once, and
+   * writeDeleted writes it before the delete is answered. The file is read again just before it is written, holding its lock (`deleted-threads.json.lock`, file-lock.ts), so
    * that the deletes another kvdesk on the same data folder writes there meanwhile stay: without it, two kvdesks
    * deleting at once each wrote what it had read, and one's delete was lost.
    */
-  private async noteDeleted(id: string): Promise<void> {
+  private noteDelete(id: string): { at: number; version: number } {
     const at = this.now();
     this.deletesToWrite.delete(id);
     this.deletesToWrite.set(id, at);
-    const version = ++this.deletedNoted;
-    try {
-      await this.inOrder(this.deletedFile, async () => {
-        // Written already with this one in it (deletes in a row: one write for those that waited).
-        if (this.deletedWritten >= version) return;
-        const upTo = this.deletedNoted;
-        const writing = [...this.deletesToWrite];
-        await withFileLock(
-          `${this.deletedFile}.lock`,
-          async () => {
-            // Read as it is now, under the lock (not as held: another kvdesk may have written it a moment ago).
-            this.deleted = null;
-            const chats = new Map(await this.deletedOnDisk());
-            for (const [key, when] of writing) {
-              chats.delete(key);
-              chats.set(key, when);
-            }
-            while (chats.size > DELETED_THREADS_KEPT) chats.delete(chats.keys().next().value as string);
-            const entries = [...chats].map(([key, when]) => ({ id: key, at: when }));
-            await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
-          },
-          { what: 'the list of deleted chats' },
-        );
-        // Read again at the next check (its stat is the one written, unless another kvdesk wrote it since).
-        this.deleted = null;
-        for (const [key, when] of writing) if (this.deletesToWrite.get(key) === when) this.deletesToWrite.delete(key);
-        this.deletedWritten = upTo;
-      });
-    } catch (err) {
-      if (this.deletesToWrite.get(id) === at) this.deletesToWrite.delete(id);
-      throw err;
-    }
+    return { at, version: ++this.deletedNoted };
+  }
+
+  /** Writes the deletes noted, up to `version` at least (the caller forgets its note when this fails). */
+  private async writeDeleted(version: number): Promise<void> {
+    await this.inOrder(this.deletedFile, async () => {
+      // Written already with this one in it (deletes in a row: one write for those that waited).
+      if (this.deletedWritten >= version) return;
+      const upTo = this.deletedNoted;
+      const writing = [...this.deletesToWrite];
+      await withFileLock(
+        `${this.deletedFile}.lock`,
+        async () => {
+          // Read as it is now, under the lock (not as held: another kvdesk may have written it a moment ago).
+          this.deleted = null;
+          const chats = new Map(await this.deletedOnDisk());
+          for (const [key, when] of writing) {
+            chats.delete(key);
+            chats.set(key, when);
+          }
+          while (chats.size > DELETED_THREADS_KEPT) chats.delete(chats.keys().next().value as string);
+          const entries = [...chats].map(([key, when]) => ({ id: key, at: when }));
+          await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
+        },
+        { what: 'the list of deleted chats' },
+      );
+      // Read again at the next check (its stat is the one written, unless another kvdesk wrote it since).
+      this.deleted = null;
+      for (const [key, when] of writing) if (this.deletesToWrite.get(key) === when) this.deletesToWrite.delete(key);
+      this.deletedWritten = upTo;
+    });
   }
 
   /** The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. */
