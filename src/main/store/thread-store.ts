@@ -4,7 +4,7 @@
  * never leaves half a thread.
  *
  * Files kvdesk cannot use are never lost (data-file.ts): a thread file that does not parse or validate, or whose
- * id is not its file name (a copy, a sync tool's conflict file) or not a safe id, is left as it is, unlisted, and said in the log (nothing writes over it: saves name listed or new chats); settings.json
+ * id is not its file name (a copy, a sync tool's conflict file) or not a safe id, is left as it is, unlisted, and said in the log (nothing writes over it: a save of that chat is refused, naming the file); settings.json
  * that does not parse is moved aside, one with values of a newer kvdesk keeps its valid part (the file as it was
  * kept aside), and one that cannot be read is an error, with every save refused until it can be. Fields of a
  * newer kvdesk that this one does not know are written back with each save.
@@ -399,7 +399,10 @@ export class ThreadStore {
     const file = path.join(this.threadsDir, `${id}.json`);
     // A page without a token asks before each save (about once a second while a reply streams): a long chat's file
     // is read and checked again only when another process (or a hand) changed it.
-    return this.inOrder(file, async () => (await this.heldBy(id, file))?.grants ?? []);
+    return this.inOrder(file, async () => {
+      const held = await this.heldBy(id, file);
+      return held && 'grants' in held ? held.grants : [];
+    });
   }
 
   /**
@@ -433,7 +436,14 @@ export class ThreadStore {
 
   private async writeThreadLocked(file: string, thread: Thread, savedBy?: string): Promise<number> {
     const base = thread.revision ?? 0;
-    const stored = await this.heldBy(thread.id, file);
+    const held = await this.heldBy(thread.id, file);
+    if (held && 'problem' in held) {
+      // A file it cannot use (cut short, a newer kvdesk's): it may hold turns this copy lacks, so it is left as it is.
+      const said = held.problem.replace(/it is not listed, and left as it is|it is not listed/, 'it is left as it is');
+      this.sayOnce(said);
+      throw new KvdeskError('INTERNAL', `the chat "${thread.title}" was not saved over its file: ${said}`, { file });
+    }
+    const stored = held;
     // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
     if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
       throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
@@ -511,16 +521,17 @@ export class ThreadStore {
   }
 
   /**
-   * What chat `id`'s file holds (its revision: 0 for a file from before revisions); null when there is no file, or
-   * none this kvdesk can read (a save writes over it, as before).
+   * What chat `id`'s file holds (its revision: 0 for a file from before revisions); null when there is no file (or a
+   * folder in its place: the write says so); what is wrong with a file this kvdesk cannot use (cut short, a newer
+   * kvdesk's, one it may not read).
    */
-  private async heldBy(id: string, file: string): Promise<Held | null> {
+  private async heldBy(id: string, file: string): Promise<Held | { problem: string } | null> {
     const now = await statOf(file);
     if (now === null) return null;
     const known = this.held.get(id);
     if (known?.file === now) return known;
     const read = await this.readThread(file);
-    if (!('thread' in read)) return null;
+    if (!('thread' in read)) return (await stat(file).catch(() => null))?.isDirectory() ? null : read;
     const found: Held = {
       file: now,
       revision: read.thread.revision ?? 0,
