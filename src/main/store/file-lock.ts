@@ -35,6 +35,9 @@ interface Holder {
   token: string;
 }
 
+/** How long a lock kvdesk cannot read is tried again before the error that names it (at most waitMs). */
+const UNREADABLE_WAIT_MS = 2_000;
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Whether process `pid` runs on this host (a pid this user may not signal runs: EPERM). */
@@ -81,6 +84,8 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
   const token = `${process.pid}-${randomBytes(8).toString('hex')}`;
   const deadline = Date.now() + waitMs;
   let madeFolder = false;
+  /** Since when the lock could not be read (unset while it can). */
+  let unreadableSince: number | undefined;
   // When this process first met each lock it waits on: a lock made on another machine whose clock is ahead says a
   // time to come, and is aged from when it was met here instead.
   const met = new Map<string, number>();
@@ -110,7 +115,26 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
         );
       }
     }
-    const text = await readLock(lockFile).catch(() => null);
+    let text: string | null;
+    try {
+      text = await readLock(lockFile);
+      unreadableSince = undefined;
+    } catch (err) {
+      // One it cannot read (a folder in its place, a file another user made: a run with sudo): tried again a moment
+      // (a lock being removed can fail a read, on Windows), then an error that names it. Never taken away as stale:
+      // what it is, is not known.
+      unreadableSince ??= Date.now();
+      if (Date.now() - unreadableSince >= Math.min(waitMs, UNREADABLE_WAIT_MS)) {
+        const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+        throw new KvdeskError(
+          'INTERNAL',
+          `${opts.what ?? lockFile} is locked by ${lockFile}, which kvdesk cannot read (${code}): if no kvdesk runs on this data folder, delete it (a folder in its place, or a file another user made, running kvdesk with sudo)`,
+          { file: lockFile },
+        );
+      }
+      await sleep(retryMs + Math.random() * retryMs);
+      continue;
+    }
     if (text === null) continue; // let go meanwhile: try again at once
     const holder = parseHolder(text);
     // When it was made: as it says, or (being written, or not kvdesk's) as its file says.
