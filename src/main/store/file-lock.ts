@@ -11,7 +11,7 @@
  * gives no such promise to Node's writes, and compacting it is a read-merge-write again, needing a lock all the same.
  */
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { type FileHandle, link, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
@@ -71,6 +71,20 @@ function parseHolder(text: string): Holder | null {
   }
 }
 
+/** The error for a lock file that could not be made or written: names it, why, and what to do. */
+function cannotMake(lockFile: string, err: unknown, what: string | undefined): KvdeskError {
+  const code = (err as NodeJS.ErrnoException).code;
+  const fix =
+    code === 'ENOSPC' || code === 'EDQUOT'
+      ? 'free some space on its disk'
+      : `give your user write access to ${path.dirname(lockFile)}`;
+  return new KvdeskError(
+    'INTERNAL',
+    `could not make the lock file ${lockFile}${what ? ` for ${what}` : ''} (${code ?? (err as Error).message}): ${fix}`,
+    { file: lockFile },
+  );
+}
+
 /**
  * Runs `op` holding the lock `lockFile` (made beside the file it guards); the lock is let go after, whatever `op`
  * did. A lock a live holder keeps for longer than `waitMs` is an error that names the lock file, its holder and what
@@ -91,14 +105,9 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
   const met = new Map<string, number>();
   for (;;) {
     const mine: Holder = { pid: process.pid, host, at: Date.now(), token };
+    let fd: FileHandle | undefined;
     try {
-      const fd = await open(lockFile, 'wx', PRIVATE_FILE_MODE);
-      try {
-        await fd.writeFile(JSON.stringify(mine));
-      } finally {
-        await fd.close();
-      }
-      break;
+      fd = await open(lockFile, 'wx', PRIVATE_FILE_MODE);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       // No folder yet (a data folder nothing was written in): made, as the file it guards would make it.
@@ -107,13 +116,19 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
         await mkdir(path.dirname(lockFile), { recursive: true, mode: PRIVATE_DIR_MODE }).catch(() => {});
         continue;
       }
-      if (code !== 'EEXIST') {
-        throw new KvdeskError(
-          'INTERNAL',
-          `could not make the lock file ${lockFile}${opts.what ? ` for ${opts.what}` : ''} (${code ?? (err as Error).message}): give your user write access to ${path.dirname(lockFile)}`,
-          { file: lockFile },
-        );
+      if (code !== 'EEXIST') throw cannotMake(lockFile, err, opts.what);
+    }
+    if (fd !== undefined) {
+      try {
+        await fd.writeFile(JSON.stringify(mine));
+        await fd.close();
+      } catch (err) {
+        // Made but not written (a full disk): removed, or the next taker would wait out staleMs for a lock of no one.
+        await fd.close().catch(() => {});
+        await unlink(lockFile).catch(() => {});
+        throw cannotMake(lockFile, err, opts.what);
       }
+      break;
     }
     let text: string | null;
     try {
