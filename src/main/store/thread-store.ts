@@ -57,6 +57,8 @@ export interface ThreadStoreOptions {
   /** Where problems with the files are said; by default stderr, as the host's own log. */
   log?: (line: string) => void;
   now?: () => number;
+  /** Told the settings when a read finds them changed by another kvdesk on the same data folder. */
+  onSettings?: (settings: UiSettings) => void;
 }
 
 /** Threads and settings on disk. */
@@ -99,6 +101,9 @@ export class ThreadStore {
   /** Deletes noted, and how many of them the file has. */
   private deletedNoted = 0;
   private deletedWritten = 0;
+  /** The settings as this store last read or wrote them (what its pages hold); null before the first. */
+  private settingsKnown: UiSettings | null = null;
+  private readonly onSettings: ((settings: UiSettings) => void) | undefined;
 
   constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
     this.threadsDir = path.join(dataDir, 'threads');
@@ -106,6 +111,7 @@ export class ThreadStore {
     this.deletedFile = path.join(dataDir, DELETED_FILE);
     this.log = opts.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.now = opts.now ?? Date.now;
+    this.onSettings = opts.onSettings;
   }
 
   /**
@@ -657,20 +663,53 @@ export class ThreadStore {
     });
   }
 
-  /** The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. */
+  /**
+   * The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. Ones
+   * another kvdesk on the same data folder saved since this one last read or wrote them are told to `onSettings`
+   * (for the pages that hold the older ones).
+   */
   async getSettings(): Promise<UiSettings> {
-    return (await this.inOrder(this.settingsFile, () => this.readSettings())).settings;
+    return this.inOrder(this.settingsFile, async () => {
+      const { settings } = await this.readSettings();
+      const before = this.settingsKnown;
+      this.settingsKnown = settings;
+      if (before !== null && JSON.stringify(before) !== JSON.stringify(settings)) this.onSettings?.(settings);
+      return settings;
+    });
   }
 
   /**
-   * Replaces the settings. Read first, in the same turn as the write: a file that cannot be read is refused (never
-   * written over, whoever saves), one that does not parse is moved aside, and fields of a newer kvdesk stay.
+   * Saves the settings a page sends (all of them) and returns them as written. Only the fields the page changed (those
+   * that differ from what this kvdesk last read or wrote, which its pages hold) are written over the file as it is
+   * now: another kvdesk on the same data folder (the window and `kvdesk serve`) may have saved since, a preset say,
+   * and a theme changed here must not erase it. Read first, holding `settings.json.lock` (file-lock.ts) to the write:
+   * a file that cannot be read is refused (never written over, whoever saves), one that does not parse is moved
+   * aside, and fields of a newer kvdesk stay.
    */
-  async saveSettings(settings: UiSettings): Promise<void> {
-    await this.inOrder(this.settingsFile, async () => {
-      const { newer } = await this.readSettings();
-      await this.write(this.settingsFile, JSON.stringify({ ...newer, ...settings }), 'the settings');
-    });
+  async saveSettings(settings: UiSettings): Promise<UiSettings> {
+    return this.inOrder(this.settingsFile, () =>
+      withFileLock(
+        `${this.settingsFile}.lock`,
+        async () => {
+          const now = await this.readSettings();
+          const base = this.settingsKnown ?? now.settings;
+          const merged: Record<string, unknown> = { ...now.settings };
+          for (const key of Object.keys(UiSettings.shape) as (keyof UiSettings)[]) {
+            if (JSON.stringify(settings[key]) === JSON.stringify(base[key])) continue; // not changed by the page
+            if (settings[key] === undefined) delete merged[key];
+            else merged[key] = settings[key];
+          }
+          await this.write(this.settingsFile, JSON.stringify({ ...now.newer, ...merged }), 'the settings');
+          this.settingsKnown = merged as UiSettings;
+          return merged as UiSettings;
+        },
+        { what: 'the settings' },
+      ).catch((err: unknown) => {
+        // The lock could not be made (a folder kvdesk may not write in): said in the log, as a write that failed is.
+        if (err instanceof KvdeskError && err.detail?.file === `${this.settingsFile}.lock`) this.sayOnce(err.message);
+        throw err;
+      }),
+    );
   }
 
   private async readSettings(): Promise<SettingsRead> {
