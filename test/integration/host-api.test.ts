@@ -178,6 +178,28 @@ describe('HostApi', () => {
     expect(safeRelativePath('a/./b\\c')).toBe('a/b/c');
   });
 
+  it("two hosts on one data folder: a theme changed through one keeps the other's new preset, and its pages hear of it", async () => {
+    // No model is loaded: settings are all they do here.
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-host-'));
+    const host = () => createHostApi({ runner: new RunnerService({ intraOpNumThreads: 1 }), dataDir });
+    const [a, b] = await Promise.all([host(), host()]);
+    apis.push(a, b);
+    const heard: unknown[] = [];
+    a.on('settings', (x) => heard.push(x));
+    const p1 = { name: 'P1' };
+    const p2 = { name: 'P2 from B' };
+    expect((await a.call('getSettings', {})).ok).toBe(true);
+    expect((await a.call('saveSettings', { theme: 'dark', presets: [p1] })).ok).toBe(true);
+    const fromB = await b.call('getSettings', {});
+    if (!fromB.ok) throw new Error(fromB.error.message);
+    expect((await b.call('saveSettings', { ...fromB.value, presets: [p1, p2] })).ok).toBe(true);
+    // A's page still holds [P1] and changes the theme.
+    expect((await a.call('saveSettings', { theme: 'light', presets: [p1] })).ok).toBe(true);
+    const after = await b.call('getSettings', {});
+    expect(after.ok && after.value).toEqual({ theme: 'light', presets: [p1, p2] });
+    expect(heard.at(-1)).toEqual({ theme: 'light', presets: [p1, p2] });
+  });
+
   it('persists threads and settings, and deleting a thread closes its session', async () => {
     const { api, dataDir } = await makeApi();
     const thread: Thread = { id: 't1', title: 'Hello', createdAt: 1, updatedAt: 2, messages: [] };

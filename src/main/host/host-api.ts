@@ -344,7 +344,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
-  const store = new ThreadStore(opts.dataDir, { log });
+  // Settings another kvdesk on the data folder saved, found by a page's read: the pages here holding older ones hear.
+  const store = new ThreadStore(opts.dataDir, { log, onSettings: (settings) => emit('settings', settings) });
   const listeners: { [E in HostEventName]: Set<(p: HostEvents[E]) => void> } = {
     budget: new Set(),
     scheduler: new Set(),
@@ -932,8 +933,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     getSettings: async () => store.getSettings(),
     dataProblems: async () => [...store.problems, ...library.problems],
     saveSettings: async (req: Parameters<ThreadStore['saveSettings']>[0]) => {
-      await store.saveSettings(req);
-      emit('settings', req);
+      // As written: with what another kvdesk on the data folder saved meanwhile (its preset, say).
+      emit('settings', await store.saveSettings(req));
       return null;
     },
     measurePrompt: async ({ countUpTo, ...req }: MeasurePromptRequest) =>

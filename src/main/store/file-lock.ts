@@ -11,7 +11,7 @@
  * gives no such promise to Node's writes, and compacting it is a read-merge-write again, needing a lock all the same.
  */
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { type FileHandle, link, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
@@ -34,6 +34,9 @@ interface Holder {
   at: number;
   token: string;
 }
+
+/** How long a lock kvdesk cannot read is tried again before the error that names it (at most waitMs). */
+const UNREADABLE_WAIT_MS = 2_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -68,6 +71,20 @@ function parseHolder(text: string): Holder | null {
   }
 }
 
+/** The error for a lock file that could not be made or written: names it, why, and what to do. */
+function cannotMake(lockFile: string, err: unknown, what: string | undefined): KvdeskError {
+  const code = (err as NodeJS.ErrnoException).code;
+  const fix =
+    code === 'ENOSPC' || code === 'EDQUOT'
+      ? 'free some space on its disk'
+      : `give your user write access to ${path.dirname(lockFile)}`;
+  return new KvdeskError(
+    'INTERNAL',
+    `could not make the lock file ${lockFile}${what ? ` for ${what}` : ''} (${code ?? (err as Error).message}): ${fix}`,
+    { file: lockFile },
+  );
+}
+
 /**
  * Runs `op` holding the lock `lockFile` (made beside the file it guards); the lock is let go after, whatever `op`
  * did. A lock a live holder keeps for longer than `waitMs` is an error that names the lock file, its holder and what
@@ -81,19 +98,16 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
   const token = `${process.pid}-${randomBytes(8).toString('hex')}`;
   const deadline = Date.now() + waitMs;
   let madeFolder = false;
+  /** Since when the lock could not be read (unset while it can). */
+  let unreadableSince: number | undefined;
   // When this process first met each lock it waits on: a lock made on another machine whose clock is ahead says a
   // time to come, and is aged from when it was met here instead.
   const met = new Map<string, number>();
   for (;;) {
     const mine: Holder = { pid: process.pid, host, at: Date.now(), token };
+    let fd: FileHandle | undefined;
     try {
-      const fd = await open(lockFile, 'wx', PRIVATE_FILE_MODE);
-      try {
-        await fd.writeFile(JSON.stringify(mine));
-      } finally {
-        await fd.close();
-      }
-      break;
+      fd = await open(lockFile, 'wx', PRIVATE_FILE_MODE);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       // No folder yet (a data folder nothing was written in): made, as the file it guards would make it.
@@ -102,15 +116,40 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
         await mkdir(path.dirname(lockFile), { recursive: true, mode: PRIVATE_DIR_MODE }).catch(() => {});
         continue;
       }
-      if (code !== 'EEXIST') {
+      if (code !== 'EEXIST') throw cannotMake(lockFile, err, opts.what);
+    }
+    if (fd !== undefined) {
+      try {
+        await fd.writeFile(JSON.stringify(mine));
+        await fd.close();
+      } catch (err) {
+        // Made but not written (a full disk): removed, or the next taker would wait out staleMs for a lock of no one.
+        await fd.close().catch(() => {});
+        await unlink(lockFile).catch(() => {});
+        throw cannotMake(lockFile, err, opts.what);
+      }
+      break;
+    }
+    let text: string | null;
+    try {
+      text = await readLock(lockFile);
+      unreadableSince = undefined;
+    } catch (err) {
+      // One it cannot read (a folder in its place, a file another user made: a run with sudo): tried again a moment
+      // (a lock being removed can fail a read, on Windows), then an error that names it. Never taken away as stale:
+      // what it is, is not known.
+      unreadableSince ??= Date.now();
+      if (Date.now() - unreadableSince >= Math.min(waitMs, UNREADABLE_WAIT_MS)) {
+        const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
         throw new KvdeskError(
           'INTERNAL',
-          `could not make the lock file ${lockFile}${opts.what ? ` for ${opts.what}` : ''} (${code ?? (err as Error).message}): give your user write access to its folder`,
+          `${opts.what ?? lockFile} is locked by ${lockFile}, which kvdesk cannot read (${code}): if no kvdesk runs on this data folder, delete it (a folder in its place, or a file another user made, running kvdesk with sudo)`,
           { file: lockFile },
         );
       }
+      await sleep(retryMs + Math.random() * retryMs);
+      continue;
     }
-    const text = await readLock(lockFile).catch(() => null);
     if (text === null) continue; // let go meanwhile: try again at once
     const holder = parseHolder(text);
     // When it was made: as it says, or (being written, or not kvdesk's) as its file says.

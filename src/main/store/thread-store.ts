@@ -4,7 +4,7 @@
  * never leaves half a thread.
  *
  * Files kvdesk cannot use are never lost (data-file.ts): a thread file that does not parse or validate, or whose
- * id is not its file name (a copy, a sync tool's conflict file) or not a safe id, is left as it is, unlisted, and said in the log (nothing writes over it: saves name listed or new chats); settings.json
+ * id is not its file name (a copy, a sync tool's conflict file) or not a safe id, is left as it is, unlisted, and said in the log (nothing writes over it: a save of that chat is refused, naming the file); settings.json
  * that does not parse is moved aside, one with values of a newer kvdesk keeps its valid part (the file as it was
  * kept aside), and one that cannot be read is an error, with every save refused until it can be. Fields of a
  * newer kvdesk that this one does not know are written back with each save.
@@ -58,6 +58,8 @@ export interface ThreadStoreOptions {
   /** Where problems with the files are said; by default stderr, as the host's own log. */
   log?: (line: string) => void;
   now?: () => number;
+  /** Told the settings when a read finds them changed by another kvdesk on the same data folder. */
+  onSettings?: (settings: UiSettings) => void;
 }
 
 /** Threads and settings on disk. */
@@ -100,6 +102,9 @@ export class ThreadStore {
   /** Deletes noted, and how many of them the file has. */
   private deletedNoted = 0;
   private deletedWritten = 0;
+  /** The settings as this store last read or wrote them (what its pages hold); null before the first. */
+  private settingsKnown: UiSettings | null = null;
+  private readonly onSettings: ((settings: UiSettings) => void) | undefined;
 
   constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
     this.threadsDir = path.join(dataDir, 'threads');
@@ -107,6 +112,7 @@ export class ThreadStore {
     this.deletedFile = path.join(dataDir, DELETED_FILE);
     this.log = opts.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.now = opts.now ?? Date.now;
+    this.onSettings = opts.onSettings;
   }
 
   /**
@@ -400,7 +406,10 @@ export class ThreadStore {
     const file = path.join(this.threadsDir, `${id}.json`);
     // A page without a token asks before each save (about once a second while a reply streams): a long chat's file
     // is read and checked again only when another process (or a hand) changed it.
-    return this.inOrder(file, async () => (await this.heldBy(id, file))?.grants ?? []);
+    return this.inOrder(file, async () => {
+      const held = await this.heldBy(id, file);
+      return held && 'grants' in held ? held.grants : [];
+    });
   }
 
   /**
@@ -415,10 +424,33 @@ export class ThreadStore {
     return this.inOrder(file, () => this.writeThread(file, thread, savedBy));
   }
 
-  /** save's work, in the file's turn. */
-  private async writeThread(file: string, thread: Thread, savedBy?: string): Promise<number> {
+  /**
+   * save's work, in the file's turn, holding the chat's lock (`threads/<id>.json.lock`, file-lock.ts) from reading its
+   * revision to writing it: another kvdesk on the same data folder (a window and `kvdesk serve`) saving the same chat
+   * from the same revision at once is refused, as a page of this one's would be. Without it each read revision 1, both
+   * were written, and the turns of the one written first were lost.
+   */
+  private writeThread(file: string, thread: Thread, savedBy?: string): Promise<number> {
+    const lockFile = `${file}.lock`;
+    return withFileLock(lockFile, () => this.writeThreadLocked(file, thread, savedBy), {
+      what: `the chat "${thread.title}"`,
+    }).catch((err: unknown) => {
+      // The lock could not be made (a folder kvdesk may not write in): said in the log, as a write that failed is.
+      if (err instanceof KvdeskError && err.detail?.file === lockFile) this.sayOnce(err.message);
+      throw err;
+    });
+  }
+
+  private async writeThreadLocked(file: string, thread: Thread, savedBy?: string): Promise<number> {
     const base = thread.revision ?? 0;
-    const stored = await this.heldBy(thread.id, file);
+    const held = await this.heldBy(thread.id, file);
+    if (held && 'problem' in held) {
+      // A file it cannot use (cut short, a newer kvdesk's): it may hold turns this copy lacks, so it is left as it is.
+      const said = held.problem.replace(/it is not listed, and left as it is|it is not listed/, 'it is left as it is');
+      this.sayOnce(said);
+      throw new KvdeskError('INTERNAL', `the chat "${thread.title}" was not saved over its file: ${said}`, { file });
+    }
+    const stored = held;
     // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
     if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
       throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
@@ -496,16 +528,17 @@ export class ThreadStore {
   }
 
   /**
-   * What chat `id`'s file holds (its revision: 0 for a file from before revisions); null when there is no file, or
-   * none this kvdesk can read (a save writes over it, as before).
+   * What chat `id`'s file holds (its revision: 0 for a file from before revisions); null when there is no file (or a
+   * folder in its place: the write says so); what is wrong with a file this kvdesk cannot use (cut short, a newer
+   * kvdesk's, one it may not read).
    */
-  private async heldBy(id: string, file: string): Promise<Held | null> {
+  private async heldBy(id: string, file: string): Promise<Held | { problem: string } | null> {
     const now = await statOf(file);
     if (now === null) return null;
     const known = this.held.get(id);
     if (known?.file === now) return known;
     const read = await this.readThread(file);
-    if (!('thread' in read)) return null;
+    if (!('thread' in read)) return (await stat(file).catch(() => null))?.isDirectory() ? null : read;
     const found: Held = {
       file: now,
       revision: read.thread.revision ?? 0,
@@ -527,9 +560,24 @@ export class ThreadStore {
     this.held.delete(id);
     this.summaries.delete(id);
     this.haystacks.delete(id);
+    // Holding the chat's lock, as a save does: another kvdesk's save of it either comes before (and is deleted) or
+    // after (and is refused as deleted), never between the check and the write.
     await this.inOrder(file, async () => {
-      await this.noteDeleted(id);
-      await rm(file, { force: true });
+      // Noted in call order (the latest deletes are the ones kept), written once the lock is held.
+      const noted = this.noteDelete(id);
+      try {
+        await withFileLock(
+          `${file}.lock`,
+          async () => {
+            await this.writeDeleted(noted.version);
+            await rm(file, { force: true });
+          },
+          { what: `the chat "${id}"` },
+        );
+      } catch (err) {
+        if (this.deletesToWrite.get(id) === noted.at) this.deletesToWrite.delete(id);
+        throw err;
+      }
     });
   }
 
@@ -574,63 +622,95 @@ export class ThreadStore {
   }
 
   /**
-   * Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept), written before it is answered. The
-   * file is read again just before it is written, holding its lock (`deleted-threads.json.lock`, file-lock.ts), so
+   * Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept): it counts as deleted at once, and
+   * writeDeleted writes it before the delete is answered. The file is read again just before it is written, holding its lock (`deleted-threads.json.lock`, file-lock.ts), so
    * that the deletes another kvdesk on the same data folder writes there meanwhile stay: without it, two kvdesks
    * deleting at once each wrote what it had read, and one's delete was lost.
    */
-  private async noteDeleted(id: string): Promise<void> {
+  private noteDelete(id: string): { at: number; version: number } {
     const at = this.now();
     this.deletesToWrite.delete(id);
     this.deletesToWrite.set(id, at);
-    const version = ++this.deletedNoted;
-    try {
-      await this.inOrder(this.deletedFile, async () => {
-        // Written already with this one in it (deletes in a row: one write for those that waited).
-        if (this.deletedWritten >= version) return;
-        const upTo = this.deletedNoted;
-        const writing = [...this.deletesToWrite];
-        await withFileLock(
-          `${this.deletedFile}.lock`,
-          async () => {
-            // Read as it is now, under the lock (not as held: another kvdesk may have written it a moment ago).
-            this.deleted = null;
-            const chats = new Map(await this.deletedOnDisk());
-            for (const [key, when] of writing) {
-              chats.delete(key);
-              chats.set(key, when);
-            }
-            while (chats.size > DELETED_THREADS_KEPT) chats.delete(chats.keys().next().value as string);
-            const entries = [...chats].map(([key, when]) => ({ id: key, at: when }));
-            await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
-          },
-          { what: 'the list of deleted chats' },
-        );
-        // Read again at the next check (its stat is the one written, unless another kvdesk wrote it since).
-        this.deleted = null;
-        for (const [key, when] of writing) if (this.deletesToWrite.get(key) === when) this.deletesToWrite.delete(key);
-        this.deletedWritten = upTo;
-      });
-    } catch (err) {
-      if (this.deletesToWrite.get(id) === at) this.deletesToWrite.delete(id);
-      throw err;
-    }
+    return { at, version: ++this.deletedNoted };
   }
 
-  /** The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. */
-  async getSettings(): Promise<UiSettings> {
-    return (await this.inOrder(this.settingsFile, () => this.readSettings())).settings;
+  /** Writes the deletes noted, up to `version` at least (the caller forgets its note when this fails). */
+  private async writeDeleted(version: number): Promise<void> {
+    await this.inOrder(this.deletedFile, async () => {
+      // Written already with this one in it (deletes in a row: one write for those that waited).
+      if (this.deletedWritten >= version) return;
+      const upTo = this.deletedNoted;
+      const writing = [...this.deletesToWrite];
+      await withFileLock(
+        `${this.deletedFile}.lock`,
+        async () => {
+          // Read as it is now, under the lock (not as held: another kvdesk may have written it a moment ago).
+          this.deleted = null;
+          const chats = new Map(await this.deletedOnDisk());
+          for (const [key, when] of writing) {
+            chats.delete(key);
+            chats.set(key, when);
+          }
+          while (chats.size > DELETED_THREADS_KEPT) chats.delete(chats.keys().next().value as string);
+          const entries = [...chats].map(([key, when]) => ({ id: key, at: when }));
+          await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
+        },
+        { what: 'the list of deleted chats' },
+      );
+      // Read again at the next check (its stat is the one written, unless another kvdesk wrote it since).
+      this.deleted = null;
+      for (const [key, when] of writing) if (this.deletesToWrite.get(key) === when) this.deletesToWrite.delete(key);
+      this.deletedWritten = upTo;
+    });
   }
 
   /**
-   * Replaces the settings. Read first, in the same turn as the write: a file that cannot be read is refused (never
-   * written over, whoever saves), one that does not parse is moved aside, and fields of a newer kvdesk stay.
+   * The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. Ones
+   * another kvdesk on the same data folder saved since this one last read or wrote them are told to `onSettings`
+   * (for the pages that hold the older ones).
    */
-  async saveSettings(settings: UiSettings): Promise<void> {
-    await this.inOrder(this.settingsFile, async () => {
-      const { newer } = await this.readSettings();
-      await this.write(this.settingsFile, JSON.stringify({ ...newer, ...settings }), 'the settings');
+  async getSettings(): Promise<UiSettings> {
+    return this.inOrder(this.settingsFile, async () => {
+      const { settings } = await this.readSettings();
+      const before = this.settingsKnown;
+      this.settingsKnown = settings;
+      if (before !== null && JSON.stringify(before) !== JSON.stringify(settings)) this.onSettings?.(settings);
+      return settings;
     });
+  }
+
+  /**
+   * Saves the settings a page sends (all of them) and returns them as written. Only the fields the page changed (those
+   * that differ from what this kvdesk last read or wrote, which its pages hold) are written over the file as it is
+   * now: another kvdesk on the same data folder (the window and `kvdesk serve`) may have saved since, a preset say,
+   * and a theme changed here must not erase it. Read first, holding `settings.json.lock` (file-lock.ts) to the write:
+   * a file that cannot be read is refused (never written over, whoever saves), one that does not parse is moved
+   * aside, and fields of a newer kvdesk stay.
+   */
+  async saveSettings(settings: UiSettings): Promise<UiSettings> {
+    return this.inOrder(this.settingsFile, () =>
+      withFileLock(
+        `${this.settingsFile}.lock`,
+        async () => {
+          const now = await this.readSettings();
+          const base = this.settingsKnown ?? now.settings;
+          const merged: Record<string, unknown> = { ...now.settings };
+          for (const key of Object.keys(UiSettings.shape) as (keyof UiSettings)[]) {
+            if (JSON.stringify(settings[key]) === JSON.stringify(base[key])) continue; // not changed by the page
+            if (settings[key] === undefined) delete merged[key];
+            else merged[key] = settings[key];
+          }
+          await this.write(this.settingsFile, JSON.stringify({ ...now.newer, ...merged }), 'the settings');
+          this.settingsKnown = merged as UiSettings;
+          return merged as UiSettings;
+        },
+        { what: 'the settings' },
+      ).catch((err: unknown) => {
+        // The lock could not be made (a folder kvdesk may not write in): said in the log, as a write that failed is.
+        if (err instanceof KvdeskError && err.detail?.file === `${this.settingsFile}.lock`) this.sayOnce(err.message);
+        throw err;
+      }),
+    );
   }
 
   private async readSettings(): Promise<SettingsRead> {

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -78,4 +78,25 @@ describe('withFileLock', () => {
     expect(ran).toBe(false);
     expect(readFileSync(lock, 'utf8')).toBe(held);
   });
+
+  it('a lock it cannot read (a folder in its place) is an error naming it within seconds, not a wait forever', async () => {
+    const lock = path.join(dir, 'deleted-threads.json.lock');
+    mkdirSync(path.join(lock, 'inside'), { recursive: true });
+    let ran = false;
+    const started = Date.now();
+    await expect(
+      withFileLock(
+        lock,
+        async () => {
+          ran = true;
+        },
+        { what: 'the list of deleted chats' },
+      ),
+    ).rejects.toThrow(
+      `the list of deleted chats is locked by ${lock}, which kvdesk cannot read (EISDIR): if no kvdesk runs on this data folder, delete it`,
+    );
+    expect(Date.now() - started).toBeLessThan(4_000);
+    expect(ran).toBe(false);
+    expect(existsSync(path.join(lock, 'inside'))).toBe(true); // left as it is
+  }, 10_000);
 });

@@ -79,6 +79,33 @@ describe('settings.json with values of a newer kvdesk', () => {
   });
 });
 
+describe('two kvdesks on one data folder', () => {
+  it("a setting changed through one keeps what the other saved since (a preset): only the page's changes are written", async () => {
+    const { s: a, dir, file } = store();
+    const b = new ThreadStore(dir, { log: () => {} });
+    const heard: unknown[] = [];
+    const a2 = new ThreadStore(dir, { log: () => {}, onSettings: (x) => heard.push(x) });
+    const brief = { name: 'Brief', systemPrompt: 'Be brief.' };
+    const pirate = { name: 'Pirate', systemPrompt: 'Talk like a pirate.' };
+    await a.getSettings();
+    await a.saveSettings({ theme: 'dark', presets: [brief] });
+    expect(await a2.getSettings()).toEqual({ theme: 'dark', presets: [brief] });
+    // B's page adds a preset; A's pages never heard of it and change the theme from what they hold.
+    const fromB = await b.getSettings();
+    await b.saveSettings({ ...fromB, presets: [brief, pirate] });
+    const written = await a.saveSettings({ theme: 'light', presets: [brief] });
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ theme: 'light', presets: [brief, pirate] });
+    expect(written).toEqual({ theme: 'light', presets: [brief, pirate] }); // told to A's pages
+    // A page of A's removing a preset (now that it holds both) removes it; the last one, sent as no presets, too.
+    expect(await a.saveSettings({ theme: 'light', presets: [pirate] })).toEqual({ theme: 'light', presets: [pirate] });
+    expect(await a.saveSettings({ theme: 'light' })).toEqual({ theme: 'light' });
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ theme: 'light' });
+    // A reader that held older settings hears of the ones found changed (its pages are told).
+    expect(await a2.getSettings()).toEqual({ theme: 'light' });
+    expect(heard).toEqual([{ theme: 'light' }]);
+  });
+});
+
 describe('settings.json that cannot be read', () => {
   // A link to itself cannot be opened (ELOOP) whoever runs the test; the same path as EACCES for a non-root user.
   it('is an error naming the file and what to do, and a save never writes over it', async () => {
@@ -102,10 +129,11 @@ describe('settings.json that cannot be read', () => {
       writeFileSync(file, JSON.stringify(saved));
       chmodSync(dir, 0o500);
       try {
+        // Its lock (held from the read to the write) is the first file it cannot make there.
         await expect(s.saveSettings({ theme: 'light' })).rejects.toThrow(
-          `could not write the settings to ${file} (EACCES): give your user write access to ${dir}`,
+          `could not make the lock file ${file}.lock for the settings (EACCES): give your user write access to ${dir}`,
         );
-        expect(log.join('\n')).toContain(`could not write the settings to ${file}`);
+        expect(log.join('\n')).toContain(`could not make the lock file ${file}.lock`);
       } finally {
         chmodSync(dir, 0o700);
       }

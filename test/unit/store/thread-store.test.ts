@@ -115,6 +115,26 @@ describe('ThreadStore', () => {
     expect(readdirSync(path.join(dir, 'threads')).sort()).toEqual(['tx.json', 'ty.json']);
   });
 
+  it('two kvdesks on one data folder saving one chat from the same revision: one is written, the other is refused', async () => {
+    const { s: a, dir } = store();
+    const b = new ThreadStore(dir);
+    for (let i = 0; i < 10; i++) {
+      const id = `race${i}`;
+      expect(await a.save(thread(id, 'base'), 'page-a')).toBe(1);
+      await b.get(id); // B's page opened it: both hold revision 1
+      const results = await Promise.allSettled([
+        a.save({ ...thread(id, 'from A'), revision: 1 }, 'page-a2'),
+        b.save({ ...thread(id, 'from B'), revision: 1 }, 'page-b'),
+      ]);
+      const written = results.filter((r) => r.status === 'fulfilled');
+      expect(written, `chat ${id}: ${JSON.stringify(results)}`).toHaveLength(1);
+      expect(results.find((r) => r.status === 'rejected')).toMatchObject({ reason: { code: 'SAVE_CONFLICT' } });
+      const kept = (await new ThreadStore(dir).get(id)).title;
+      expect(kept).toBe(results[0].status === 'fulfilled' ? 'from A' : 'from B');
+    }
+    expect(readdirSync(path.join(dir, 'threads')).filter((n) => !n.endsWith('.json'))).toEqual([]);
+  });
+
   it('keeps the latest deleted chats in the data folder; a list it cannot read is moved aside, naming it', async () => {
     const { s, dir } = store();
     await Promise.all(Array.from({ length: DELETED_THREADS_KEPT + 1 }, (_, i) => s.delete(`d${i}`)));

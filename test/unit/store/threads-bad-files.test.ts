@@ -6,6 +6,7 @@
 import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ThreadStore } from '../../../src/main/store/thread-store';
 import type { Thread } from '../../../src/shared/api';
 import { tempStore } from './temp-store';
 
@@ -76,6 +77,30 @@ describe('a thread file that cannot be used', () => {
     await s.list();
     expect(log.filter((l) => l.includes(file))).toHaveLength(1);
     expect(s.problems).toHaveLength(1);
+  });
+
+  it("a truncated one is not saved over by a page's old copy: the save is refused, naming the file", async () => {
+    const { s, threads, log } = store();
+    expect(await s.save(thread('t1', 'Long chat'), 'old-tab')).toBe(1);
+    for (let r = 1; r <= 5; r++) await s.save({ ...thread('t1', 'Long chat'), revision: r }, 'new-tab');
+    const file = path.join(threads, 't1.json');
+    const text = readFileSync(file, 'utf8');
+    const cut = text.slice(0, text.length - 30); // its end lost: the turns in it can still be mended
+    writeFileSync(file, cut);
+    // The old tab still holds revision 1 (also in another kvdesk, which has not read the file since).
+    for (const saver of [s, new ThreadStore(path.dirname(threads), { log: (l) => log.push(l) })]) {
+      const error = await saver.save({ ...thread('t1', 'Long chat'), revision: 1 }, 'old-tab').catch((e) => e);
+      expect(error).toBeInstanceOf(Error);
+      expect(error.message).toContain(
+        `the chat "Long chat" was not saved over its file: the chat file ${file} is not valid JSON`,
+      );
+      expect(error.message).toContain('it is left as it is: mend it, or move it out of');
+    }
+    expect(readFileSync(file, 'utf8')).toBe(cut);
+    expect(log.filter((l) => l.includes(file))).toHaveLength(2); // once by each kvdesk
+    // Moved out of the way, a save makes the chat anew.
+    rmSync(file);
+    expect(await s.save({ ...thread('t1', 'Long chat'), revision: 1 }, 'old-tab')).toBe(2);
   });
 
   it('one with a value of a newer kvdesk names the field', async () => {
