@@ -514,7 +514,10 @@ describe("the person's pick of variant and backend", () => {
 
   it("a person's load again: refused under a running reply; while it loads, requests on the model wait for it", async () => {
     const dir = graphVariantsModel();
-    const h = new RunnerService({ intraOpNumThreads: 2 });
+    // While this file exists, the engine's loads wait: the load again is still on its way when the test acts on it
+    // (on a loaded machine it was once in before the second load was tried).
+    const hold = path.join(await mkdtemp(path.join(os.tmpdir(), 'kvdesk-reload-hold-')), 'hold-loads');
+    const h = new RunnerService({ intraOpNumThreads: 2, engineEnv: { KVDESK_ENGINE_HOLD_LOADS: hold } });
     hosts.push(h);
     const { id } = await h.loadModel(dir);
     const fp32 = await h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
@@ -530,6 +533,7 @@ describe("the person's pick of variant and backend", () => {
     // on the new one; one stopped while it waits ends cancelled without running.
     const changes: string[] = [];
     h.onReloadChange((what) => changes.push(what));
+    await writeFile(hold, '');
     const reload = h.loadModel(dir, { variant: 'q4', whileIdle: true });
     // (The package is read first; the engine's load, which takes far longer, comes after the mark.)
     await vi.waitFor(() => expect(h.listModels().find((m) => m.id === id)?.reloading).toBe(true), {
@@ -563,6 +567,7 @@ describe("the person's pick of variant and backend", () => {
     // Nor loaded again a second time before the first is in.
     const twice = await rejection(h.loadModel(dir, { variant: 'fp32', whileIdle: true }));
     expect(twice.message).toBe(`model ${id} is loading again already: load it once that load is in`);
+    await rm(hold);
     let settledFirst = false;
     void waiting.result.then(() => {
       settledFirst = !h.listModels().find((m) => m.id === id)?.reloading && frames.length > 0;

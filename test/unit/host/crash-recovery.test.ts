@@ -18,7 +18,7 @@ interface Inside {
 function withStandIns() {
   const host = new RunnerService(defaultHostSettings());
   const inside = host as unknown as Inside;
-  for (const id of ['A', 'B']) inside.models.set(id, { id, device: 'cpu', spec: { id } });
+  for (const id of ['A', 'B']) inside.models.set(id, { id, device: 'cpu', spec: { id }, tokenizer: { close() {} } });
   inside.refreshBudget = () => {};
   inside.dropDeviceIfUnused = () => {};
   const loads: Array<{ id: string; resolve(): void; reject(e: Error): void }> = [];
