@@ -4,6 +4,7 @@
  * says so (PowerShell 5's `>` writes that). Bytes that are none of these are refused saying where, rather than read
  * as U+FFFD or as text laced with NULs, which the model would be given as though it were what the person wrote.
  */
+import { isUtf8 } from 'node:buffer';
 import { Transform, type TransformCallback } from 'node:stream';
 import { KvdeskError } from '../shared/errors';
 
@@ -149,13 +150,14 @@ export class TextInput {
 
   private decode(bytes: Buffer, end: boolean): string {
     const encoding = this.encoding as Encoding;
-    const keep = end ? 0 : this.unfinished(bytes);
-    const whole = bytes.subarray(0, bytes.length - keep);
-    const fault = encoding === 'utf-8' ? firstBadUtf8(whole) : firstBadUtf16(whole, encoding);
-    if (fault) {
-      this.error = this.refusal(whole, fault);
+    // Node's own check first (UTF-8 that is all whole characters, most chunks): the byte walk only finds where not.
+    const fault = encoding === 'utf-8' ? (isUtf8(bytes) ? null : firstBadUtf8(bytes)) : firstBadUtf16(bytes, encoding);
+    // A character the chunk's end cuts off: the next chunk may end it.
+    const whole = fault?.cut && !end ? bytes.subarray(0, fault.at) : bytes;
+    if (fault && whole === bytes) {
+      this.error = this.refusal(bytes, fault);
       // The characters before it are whole.
-      return this.text(whole.subarray(0, fault.at));
+      return this.text(bytes.subarray(0, fault.at));
     }
     this.carry = Buffer.from(bytes.subarray(whole.length));
     this.offset += whole.length;
@@ -167,28 +169,6 @@ export class TextInput {
     if (encoding === 'utf-8') return whole.toString('utf8');
     if (encoding === 'utf-16le') return whole.toString('utf16le');
     return Buffer.from(whole).swap16().toString('utf16le');
-  }
-
-  /** How many of the last bytes may begin a character the next chunk ends. */
-  private unfinished(bytes: Buffer): number {
-    if (this.encoding !== 'utf-8') {
-      const odd = bytes.length % 2;
-      const last = bytes.length - odd - 2;
-      if (last < 0) return odd;
-      const u = this.encoding === 'utf-16le' ? (bytes[last + 1] as number) : (bytes[last] as number);
-      // A high surrogate waits for its pair.
-      return u >= 0xd8 && u <= 0xdb ? odd + 2 : odd;
-    }
-    for (let back = 1; back <= Math.min(3, bytes.length); back++) {
-      const b = bytes[bytes.length - back] as number;
-      if (b < 0x80) return 0;
-      if (b >= 0xc0) {
-        // A byte that begins no character (0xc0, 0xc1, 0xf5 and above) is refused now, not held.
-        const length = b >= 0xf5 || b < 0xc2 ? 1 : b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
-        return length > back ? back : 0;
-      }
-    }
-    return 0;
   }
 
   private refusal(bytes: Buffer, fault: Fault): KvdeskError {
