@@ -798,7 +798,7 @@ export class RunnerService {
     // Another package under the same id: the KV its sessions hold was computed by the old one.
     this.closeSessionsOf(id);
     this.models.set(id, model);
-    if (previous && previous.tokenizer !== tokenizer) previous.tokenizer.close();
+    previous?.tokenizer.close();
     this.dropDeviceIfUnused(intended);
     // The budget stops counting the old load's bytes per token (another package's may differ), and counts the new
     // load's from now (the snapshot's bpt, before any request).

@@ -84,8 +84,22 @@ interface Reply {
 }
 
 /**
+ * The keys of tokenizer.json the library insists on, and what a missing one stands for (tokenizers, in Rust, treats
+ * them as absent): the host's tokenizer (createTextTokenizer) and its worker's both fill them in so.
+ */
+export function libraryDefaults(): {
+  added_tokens: [];
+  normalizer: null;
+  pre_tokenizer: null;
+  post_processor: null;
+  decoder: null;
+} {
+  return { added_tokens: [], normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null };
+}
+
+/**
  * The worker: the tokenizer from the files (checked unchanged), then one encode per message. Parsed as the host
- * parses them (a BOM skipped; the keys the library insists on defaulted as createTextTokenizer does).
+ * parses them (a BOM skipped; libraryDefaults filled in).
  */
 const WORKER = `
 const { parentPort, workerData } = require('node:worker_threads');
@@ -98,8 +112,7 @@ function read(file, was) {
   return JSON.parse(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
 }
 const json = read(workerData.files.tokenizerJson, workerData.stats[0]);
-json.added_tokens = json.added_tokens ?? [];
-for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) json[key] = json[key] ?? null;
+for (const [key, value] of Object.entries(${JSON.stringify(libraryDefaults())})) json[key] = json[key] ?? value;
 const config = workerData.files.tokenizerConfig ? read(workerData.files.tokenizerConfig, workerData.stats[1]) : {};
 const tokenizer = new Tokenizer(json, config);
 parentPort.on('message', ({ id, text, special }) => {

@@ -4,7 +4,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { z } from 'zod';
 import { KvdeskError } from '../../shared/errors';
 import type { TokenizerSpec } from '../../shared/model-spec';
-import { OffThreadEncoder, type RawEncoding, type TokenizerFiles } from './off-thread';
+import { libraryDefaults, OffThreadEncoder, type RawEncoding, type TokenizerFiles } from './off-thread';
 
 /** A special token as the tokenizer knows it: its text and its id. */
 export interface SpecialToken {
@@ -212,15 +212,10 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
     config = parsedConfig.data;
   }
 
-  const json: TokenizerJson = {
-    ...parsedJson.data,
-    // The library insists on these keys; tokenizers (Rust) treats missing ones as absent.
-    added_tokens: parsedJson.data.added_tokens ?? [],
-    normalizer: parsedJson.data.normalizer ?? null,
-    pre_tokenizer: parsedJson.data.pre_tokenizer ?? null,
-    post_processor: parsedJson.data.post_processor ?? null,
-    decoder: parsedJson.data.decoder ?? null,
-  };
+  const json: TokenizerJson = { ...parsedJson.data };
+  for (const [key, value] of Object.entries(libraryDefaults())) {
+    (json as Record<string, unknown>)[key] ??= value;
+  }
   let lib: Tokenizer;
   try {
     lib = new Tokenizer(json, config);
