@@ -5,6 +5,7 @@
 import { chmod, link, lstat, mkdir, open, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { formatBytes } from '../../shared/format';
+import { alive } from './file-lock';
 import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from './private-data';
 
 let tmpSeq = 0;
@@ -81,7 +82,7 @@ export async function sweepTemps(
   opts: { now?: number; alive?: (pid: number) => boolean } = {},
 ): Promise<string[]> {
   const now = opts.now ?? Date.now();
-  const isAlive = opts.alive ?? processAlive;
+  const isAlive = opts.alive ?? alive;
   // This process's temp files are all made after it started; one of its pid made before is an earlier process's.
   const startedAt = now - process.uptime() * 1000 - 1000;
   const removed: string[] = [];
@@ -119,14 +120,4 @@ export async function sweepTemps(
       `kvdesk: removed ${removed.length} temp file${removed.length === 1 ? '' : 's'} (${formatBytes(bytes)}) left by saves that never finished (kvdesk stopped during them) in ${[...from].join(', ')}`,
     );
   return removed;
-}
-
-/** Whether process `pid` runs on this host (one this user may not signal runs: EPERM). */
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
