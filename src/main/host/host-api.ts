@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type ApiServerRequest,
@@ -37,7 +37,7 @@ import { sweepTemps } from '../store/write-atomic';
 import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
 import { type HeldLock, takeLock } from './folder-lock';
-import type { HubOptions } from './hub-download';
+import { freeBytes, type HubOptions } from './hub-download';
 import { McpHub } from './mcp';
 import { canonicalPath, ModelLibrary, mergePick, pickOf, prepareDataDir } from './model-library';
 import type { RunnerService } from './runner-service';
@@ -599,8 +599,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   async function uploadNoRoom(err: unknown, needBytes?: number): Promise<KvdeskError | undefined> {
     const code = (err as NodeJS.ErrnoException | null)?.code;
     if (code !== 'ENOSPC' && code !== 'EDQUOT') return undefined;
-    const fs = await statfs(libraryDir).catch(() => null);
-    const free = fs ? Number(fs.bavail) * Number(fs.bsize) : undefined;
+    const free = await freeBytes(libraryDir);
     const need = needBytes !== undefined && Number.isFinite(needBytes) && needBytes > 0 ? needBytes : undefined;
     const room = [
       need !== undefined ? `the upload needs ${formatBytes(need)}` : undefined,

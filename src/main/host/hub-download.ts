@@ -764,10 +764,15 @@ async function sizeOf(file: string): Promise<number> {
   return s?.isFile() ? s.size : 0;
 }
 
-async function checkRoom(dir: string, need: number): Promise<void> {
+/** The bytes this user may still write on the disk of `dir`; undefined where the system does not say. */
+export async function freeBytes(dir: string): Promise<number | undefined> {
   const fs = await statfs(dir).catch(() => null);
-  if (!fs) return;
-  const free = Number(fs.bavail) * Number(fs.bsize);
+  return fs ? Number(fs.bavail) * Number(fs.bsize) : undefined;
+}
+
+async function checkRoom(dir: string, need: number): Promise<void> {
+  const free = await freeBytes(dir);
+  if (free === undefined) return;
   if (need > free) {
     throw new KvdeskError(
       'DOWNLOAD_FAILED',
