@@ -2,10 +2,12 @@
  * Small HTTP helpers shared by the routes: bounded body reading, JSON replies
  * and the OpenAI-shaped error envelope every route answers with.
  */
+import { isUtf8 } from 'node:buffer';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
+import { firstBadUtf8, type Utf8Fault } from '../../shared/utf8';
 import { withoutFolders } from './hide-paths';
 import { BYTES_PER_VALUE, countJsonValues, grouped } from './json-guard';
 
@@ -532,11 +534,28 @@ export function parseJson(raw: Buffer, maxValues: number, raise?: string): unkno
     err.body.error.limit_values = maxValues;
     throw err;
   }
+  // JSON is UTF-8 (RFC 8259): other bytes (Latin-1's é, 0xe9) would be read as U+FFFD and the model given text
+  // the client never sent. Node's check first; the byte walk only says where.
+  const fault = isUtf8(body) ? null : firstBadUtf8(body);
+  if (fault) throw notUtf8(body, fault, body === raw ? 0 : 3);
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {
     throw httpError(400, `The request body is not valid JSON: ${(err as Error).message}`, 'invalid_json');
   }
+}
+
+/** A body whose bytes are not UTF-8 (`skipped`: the BOM's bytes before `body`), refused naming the first bad byte. */
+function notUtf8(body: Uint8Array, fault: Utf8Fault, skipped: number): HttpError {
+  const offset = skipped + fault.at;
+  const byte = `0x${(body[fault.at] as number).toString(16).padStart(2, '0')}`;
+  const err = httpError(
+    400,
+    `The request body is not UTF-8 text (byte ${byte} at offset ${offset}${fault.cut ? ', where the body ends inside a character' : ''}): send the JSON encoded as UTF-8, as RFC 8259 requires.`,
+    'invalid_json',
+  );
+  err.body.error.byte_offset = offset;
+  return err;
 }
 
 /** Whether `bytes` begin with UTF-8's byte order mark (EF BB BF). */
