@@ -34,6 +34,7 @@ export const SERVE_OPTIONS = {
   'static-dir': { type: 'string' },
   'max-upload': { type: 'string' },
   'max-body': { type: 'string' },
+  'max-bodies': { type: 'string' },
   'max-message': { type: 'string' },
   'trust-installed': { type: 'boolean' },
   threads: { type: 'string' },

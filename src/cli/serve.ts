@@ -63,6 +63,8 @@ serve options:
   --static-dir DIR         the built UI (default out/renderer)
   --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
   --max-body SIZE          largest JSON request body of the API (default 32MiB; bigger ones get 413)
+  --max-bodies SIZE        most bytes of request bodies held in memory at once, across requests (default 512MiB,
+                           or --max-body when larger; a body with no room now gets 503 and Retry-After)
   --max-message SIZE       largest message of the browser UI: a chat's save, attachments and all (default
                            256MiB; the page says a bigger one was not saved)
   --threads N              onnxruntime intra-op threads (default: every core)
@@ -246,6 +248,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     ];
     const maxUpload = byteSizeFlag('max-upload', values['max-upload']);
     const maxBody = byteSizeFlag('max-body', values['max-body']);
+    const maxBodies = byteSizeFlag('max-bodies', values['max-bodies']);
     const maxMessage = byteSizeFlag('max-message', values['max-message']);
     // Both ends read a message into one JavaScript string, which V8 caps just under 512 MiB.
     if (maxMessage !== undefined && maxMessage > 500 * 1024 ** 2) {
@@ -321,10 +324,12 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       ...(staticDir !== undefined ? { staticDir } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
       ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),
+      ...(maxBodies !== undefined ? { maxBodiesBytes: maxBodies } : {}),
       ...(maxMessage !== undefined ? { maxMessageBytes: maxMessage } : {}),
       raiseLimits: {
         json: 'start kvdesk serve with a larger --max-body (e.g. --max-body 64MiB)',
         upload: 'start kvdesk serve with a larger --max-upload',
+        bodies: 'start kvdesk serve with a larger --max-bodies',
       },
       ...(values['log-requests'] === true ? { requestLog: (line: string) => io.err(`${line}\n`) } : {}),
     });

@@ -469,38 +469,118 @@ export function sendHttpError(res: ServerResponse, err: HttpError): void {
 }
 
 /**
- * Reads a request body into memory, refusing (413) anything over `limit` bytes
- * before reading it when Content-Length says so, and while reading otherwise.
+ * The bytes of request bodies held in memory at once, across requests, under one cap: each body may be up to its
+ * route's limit, but a few clients sending many large bodies together would otherwise have them all buffered (and
+ * the server run out of memory). A body that finds no room is refused (503 with Retry-After; 413 if it alone is over
+ * the cap). Uploads streamed to disk are not counted.
  */
-export function readBody(req: IncomingMessage, limit: number, raise?: string): Promise<Buffer> {
+export class BodyBudget {
+  /** The bytes of the bodies being read now. */
+  held = 0;
+  constructor(
+    readonly cap: number,
+    /** How the person running the server raises the cap, for the refusal's message (`kvdesk serve`'s flag). */
+    readonly raise?: string,
+  ) {}
+
+  /** Takes `bytes` of room, or throws the refusal. */
+  take(bytes: number): void {
+    if (bytes > this.cap) {
+      const err = httpError(
+        413,
+        `The request body has ${bytes} bytes or more, more than the ${this.cap} bytes of request bodies this server holds in memory at once. Send less${this.raise ? `, or ${this.raise}` : ''}.`,
+        'payload_too_large',
+      );
+      err.body.error.limit_bytes = this.cap;
+      throw err;
+    }
+    if (this.held + bytes > this.cap) {
+      const err = httpError(
+        503,
+        `The server is reading other request bodies (${this.held} bytes of the ${this.cap} it holds in memory at once) and has no room for this one's ${bytes} bytes now. Send it again in a moment.`,
+        'server_busy',
+      );
+      err.body.error.limit_bytes = this.cap;
+      err.headers['retry-after'] = '1';
+      // Its body is left unread: the connection cannot carry another request.
+      err.headers.connection = 'close';
+      throw err;
+    }
+    this.held += bytes;
+  }
+
+  give(bytes: number): void {
+    this.held -= bytes;
+  }
+}
+
+/**
+ * Reads a request body into memory, refusing (413) anything over `limit` bytes
+ * before reading it when Content-Length says so, and while reading otherwise. With a `budget`, its bytes are
+ * counted there while it is read (Content-Length's at once, else each chunk as it comes), and given back once read.
+ */
+export function readBody(req: IncomingMessage, limit: number, raise?: string, budget?: BodyBudget): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) {
+  const known = req.headers['content-length'] !== undefined && Number.isFinite(declared);
+  if (known && declared > limit) {
     return Promise.reject(tooLarge(declared, limit, raise));
+  }
+  /** The bytes this body holds of the budget. */
+  let taken = 0;
+  if (budget && known) {
+    try {
+      budget.take(declared);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    taken = declared;
   }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
+    const settle = () => {
+      done = true;
+      chunks.length = 0;
+      budget?.give(taken);
+      taken = 0;
+    };
     req.on('data', (chunk: Buffer) => {
       if (done) return;
       size += chunk.length;
       if (size > limit) {
-        done = true;
-        chunks.length = 0;
+        settle();
         reject(tooLarge(size, limit, raise));
         return;
+      }
+      if (budget && size > taken) {
+        try {
+          budget.take(size - taken);
+          taken = size;
+        } catch (err) {
+          settle();
+          reject(err);
+          return;
+        }
       }
       chunks.push(chunk);
     });
     req.on('end', () => {
       if (done) return;
-      done = true;
-      resolve(Buffer.concat(chunks, size));
+      const body = Buffer.concat(chunks, size);
+      settle();
+      resolve(body);
     });
     req.on('error', (err) => {
       if (done) return;
-      done = true;
+      settle();
       reject(err);
+    });
+    // A client gone mid-body emits no 'end' (nor always an 'error'): its bytes are given back.
+    req.on('close', () => {
+      if (done) return;
+      settle();
+      reject(new Error('the client closed the connection before the end of its body'));
     });
   });
 }

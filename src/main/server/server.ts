@@ -17,6 +17,7 @@ import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic
 import { hideFoldersIn, knownFolders } from './hide-paths';
 import {
   API_HEADERS,
+  BodyBudget,
   errorFromInfo,
   HttpError,
   httpError,
@@ -93,6 +94,12 @@ export interface ServerOptions {
   maxUploadBytes?: number;
   /** Largest JSON body of the API routes; default 32 MiB. */
   maxJsonBytes?: number;
+  /**
+   * Most bytes of request bodies read into memory at once, across requests (JSON bodies, JSON uploads; not
+   * multipart uploads, which stream to disk); default 512 MiB, or the largest one body may be when that is more.
+   * A body with no room now is a 503 with Retry-After; one over it alone, 413.
+   */
+  maxBodiesBytes?: number;
   /** Largest message of the UI's WebSocket (a chat's save, attachments and all); default 256 MiB. */
   maxMessageBytes?: number;
   /**
@@ -101,7 +108,7 @@ export interface ServerOptions {
    */
   idleTimeoutMs?: number;
   /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
-  raiseLimits?: { json: string; upload: string };
+  raiseLimits?: { json: string; upload: string; bodies?: string };
   /** Given: each HTTP request's line (request-log.ts) once it is answered or its client went away. */
   requestLog?: (line: string) => void;
 }
@@ -127,6 +134,8 @@ const SHUTDOWN_GRACE_MS = 2000;
 const IDLE_CONNECTION_MS = 60_000;
 /** A base64 string of a JSON upload lives in one JS string; V8 caps those near 512 MiB. */
 const MAX_JSON_UPLOAD_BYTES = 256 * 1024 ** 2;
+/** Bytes of request bodies held in memory at once, by default (ServerOptions.maxBodiesBytes). */
+const DEFAULT_MAX_BODIES_BYTES = 512 * 1024 ** 2;
 
 /**
  * Ollama's API lives under /api/, beside kvdesk's own upload (which answers the renderer in its Result
@@ -222,6 +231,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const maxUploadBytes = opts.maxUploadBytes ?? 2 * GIB;
   const maxJsonBytes = opts.maxJsonBytes ?? 32 * 1024 ** 2;
   const maxJsonValues = maxJsonValuesFor(maxJsonBytes);
+  const bodies = new BodyBudget(
+    opts.maxBodiesBytes ??
+      Math.max(DEFAULT_MAX_BODIES_BYTES, maxJsonBytes, Math.min(maxUploadBytes, MAX_JSON_UPLOAD_BYTES)),
+    opts.raiseLimits?.bodies,
+  );
   const startedAt = Math.floor(Date.now() / 1000);
   // The policy needs the port, which an ephemeral bind only knows after listen().
   const policy: AccessPolicy = {
@@ -279,7 +293,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   }
 
   async function jsonBody(req: IncomingMessage): Promise<unknown> {
-    return parseJson(await readBody(req, maxJsonBytes, opts.raiseLimits?.json), maxJsonValues, opts.raiseLimits?.json);
+    return parseJson(
+      await readBody(req, maxJsonBytes, opts.raiseLimits?.json, bodies),
+      maxJsonValues,
+      opts.raiseLimits?.json,
+    );
   }
 
   async function route(req: IncomingMessage, res: ServerResponse, url: URL, setCookie: string | null): Promise<void> {
@@ -506,9 +524,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         err.status,
         {
           ok: false,
-          error: { code: 'BAD_REQUEST', message: `${err.body.error.message}${hint}`, detail: { limitBytes: limit } },
+          error: {
+            // No room now for its body among the others being read (BodyBudget): busy, to send again.
+            code: err.status === 503 ? 'QUEUE_FULL' : 'BAD_REQUEST',
+            message: `${err.body.error.message}${hint}`,
+            detail: { limitBytes: typeof err.body.error.limit_bytes === 'number' ? err.body.error.limit_bytes : limit },
+          },
         },
-        err.status === 413 || unread ? { connection: 'close' } : {},
+        { ...err.headers, ...(err.status === 413 || unread ? { connection: 'close' } : {}) },
       );
     };
     let loadIt: boolean;
@@ -562,7 +585,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     let decoded: DecodedUpload;
     unread = false;
     try {
-      decoded = uploadFromJson(parseJson(await readBody(req, limit), maxJsonValuesFor(limit)));
+      decoded = uploadFromJson(parseJson(await readBody(req, limit, undefined, bodies), maxJsonValuesFor(limit)));
     } catch (err) {
       if (!(err instanceof HttpError)) throw err;
       refuse(err);

@@ -1,14 +1,21 @@
 /**
  * Request bodies as the server reads them: bytes that are not UTF-8 are refused (400 in each API's error shape,
- * naming the offset) rather than fed to the model as U+FFFD.
+ * naming the offset) rather than fed to the model as U+FFFD; and the bodies read into memory at once, across
+ * requests, stay under one cap (a body with no room now: 503 with Retry-After; one over the cap alone: 413), real
+ * concurrent requests on a real server, which answers after.
  */
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './server-helpers';
+
+const MIB = 1024 ** 2;
+/** The cap on bodies held at once in these tests: room for two bodies of 1 MB, not three. */
+const CAP = 2.5 * MIB;
 
 let t: TestServer;
 beforeAll(async () => {
   // No model: a body the server reads whole is answered 404 for its model, past every body check.
-  t = await startTestServer({}, { loadDefault: false });
+  t = await startTestServer({}, { loadDefault: false, maxJsonBytes: 4 * MIB, maxBodiesBytes: CAP });
 });
 afterAll(async () => {
   await t?.close();
@@ -69,5 +76,143 @@ describe('a body that is not UTF-8', () => {
       expect(res.status).toBe(404);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
     }
+  });
+});
+
+/** A request on its own connection, its headers sent and `sent` bytes of its body: the rest waits for `finish`. */
+interface Held {
+  /** The response's status line and body, once one comes (or the connection closes). */
+  answer: Promise<{ status: number; headers: string; body: string }>;
+  finish(): void;
+  destroy(): void;
+}
+
+function hold(p: string, opts: { size: number; sent: number; chunked?: boolean; contentType?: string }): Held {
+  const socket = net.connect(new URL(t.url).port as unknown as number, '127.0.0.1');
+  const { size, sent } = opts;
+  const chunk = (n: number) => {
+    const bytes = Buffer.alloc(n, 0x20);
+    return opts.chunked ? Buffer.concat([Buffer.from(`${n.toString(16)}\r\n`), bytes, Buffer.from('\r\n')]) : bytes;
+  };
+  socket.write(
+    `POST ${p} HTTP/1.1\r\nHost: ${new URL(t.url).host}\r\nContent-Type: ${opts.contentType ?? 'application/json'}\r\n${opts.chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${size}`}\r\n\r\n`,
+  );
+  // A JSON body: `{` then spaces, `}` at its end.
+  socket.write(opts.chunked ? Buffer.from('1\r\n{\r\n') : '{');
+  socket.write(chunk(sent - 1));
+  let got = '';
+  socket.on('data', (d) => {
+    got += d.toString();
+  });
+  socket.on('error', () => {});
+  const answer = new Promise<{ status: number; headers: string; body: string }>((resolve) => {
+    const done = () => {
+      const [headers = '', body = ''] = got.split('\r\n\r\n');
+      resolve({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(headers)?.[1] ?? 0), headers, body });
+    };
+    socket.on('data', () => {
+      const length = /content-length: (\d+)/i.exec(got)?.[1];
+      const at = got.indexOf('\r\n\r\n');
+      if (length !== undefined && at >= 0 && Buffer.byteLength(got.slice(at + 4)) >= Number(length)) done();
+    });
+    socket.on('close', done);
+  });
+  return {
+    answer,
+    finish() {
+      const rest = size - sent - 1;
+      if (opts.chunked) socket.write(Buffer.concat([chunk(rest), Buffer.from('1\r\n}\r\n0\r\n\r\n')]));
+      else socket.write(Buffer.concat([Buffer.alloc(rest, 0x20), Buffer.from('}')]));
+    },
+    destroy: () => socket.destroy(),
+  };
+}
+
+/** Whether `held` has an answer within `ms`. */
+const answered = (held: Held, ms: number) =>
+  Promise.race([held.answer.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
+
+/** Waits until the server holds `n` bodies' bytes (it reads a body once its request's headers are in). */
+async function untilHeld(n: number): Promise<void> {
+  // A third body would not fit: probe with one of 1 byte past the room two leave, answered at once.
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const probe = await fetch(`${t.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: Buffer.alloc(CAP - n * 1_000_000 + 1, 0x20),
+    });
+    await probe.arrayBuffer();
+    if (probe.status === 503) return;
+    if (Date.now() > deadline) throw new Error(`the server never held ${n} bodies`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('bodies read at once', () => {
+  it('past the cap, a body is a 503 with Retry-After in its route’s shape; read bodies give their room back', async () => {
+    const first = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    const second = hold('/v1/messages', { size: 1_000_000, sent: 1000 });
+    await untilHeld(2);
+    // A third, as Content-Length says it: refused before its body is read.
+    const third = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    const openai = await third.answer;
+    expect(openai.status).toBe(503);
+    expect(openai.headers).toMatch(/\r\nretry-after: 1\r\n/i);
+    const e = JSON.parse(openai.body) as { error: Record<string, unknown> };
+    expect(e.error).toMatchObject({ type: 'server_error', code: 'server_busy', limit_bytes: CAP });
+    expect(e.error.message).toContain(`of the ${CAP} it holds in memory at once`);
+    // Sent in chunks (no Content-Length): refused once its bytes pass the room left, in Anthropic's shape.
+    const chunked = hold('/v1/messages', { size: 1_000_000, sent: 900_000, chunked: true });
+    const anthropic = await chunked.answer;
+    expect(anthropic.status).toBe(503);
+    expect(anthropic.headers).toMatch(/\r\nretry-after: 1\r\n/i);
+    expect(JSON.parse(anthropic.body)).toMatchObject({ type: 'error', error: { code: 'server_busy' } });
+    // Ollama's shape, and the JSON upload's Result envelope (its body is held in memory too).
+    const ollama = await hold('/api/chat', { size: 1_000_000, sent: 1000 }).answer;
+    expect(ollama.status).toBe(503);
+    expect(JSON.parse(ollama.body).error).toContain('has no room for this one');
+    const upload = await hold('/api/models/upload', { size: 1_000_000, sent: 1000 }).answer;
+    expect(upload.status).toBe(503);
+    expect(upload.headers).toMatch(/\r\nretry-after: 1\r\n/i);
+    expect(JSON.parse(upload.body)).toMatchObject({ ok: false, error: { code: 'QUEUE_FULL' } });
+    // A multipart upload streams to disk, not memory: not counted (its folder is refused, not the server busy).
+    const multipart = hold('/api/models/upload', {
+      size: 1_000_000,
+      sent: 1000,
+      contentType: 'multipart/form-data; boundary=x',
+    });
+    expect(await answered(multipart, 300)).toBe(false);
+    multipart.destroy();
+    // The two held go on and are answered as any body is (their model is not here).
+    first.finish();
+    second.finish();
+    expect((await first.answer).status).toBe(400);
+    expect((await second.answer).status).toBe(400);
+    // Their room is given back: two more fit, and so does one a client leaves midway.
+    const gone = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    const kept = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    await untilHeld(2);
+    gone.destroy();
+    // Its close reaches the server in a moment: until then a body may still find no room.
+    let after = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    for (let i = 0; i < 20 && (await answered(after, 300)); i++) {
+      expect((await after.answer).status).toBe(503);
+      after = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    }
+    expect(await answered(after, 300)).toBe(false);
+    kept.finish();
+    after.finish();
+    expect((await kept.answer).status).toBe(400);
+    expect((await after.answer).status).toBe(400);
+    expect((await fetch(`${t.url}/v1/models`)).status).toBe(200);
+  });
+
+  it('one body over the cap alone is a 413 naming it', async () => {
+    const res = await post('/v1/chat/completions', Buffer.alloc(3 * MIB, 0x20));
+    expect(res.status).toBe(413);
+    const body = (await res.json()) as { error: { message: string; limit_bytes: number } };
+    expect(body.error.limit_bytes).toBe(CAP);
+    expect(body.error.message).toContain(`more than the ${CAP} bytes of request bodies this server holds in memory`);
   });
 });

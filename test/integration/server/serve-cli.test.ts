@@ -78,6 +78,8 @@ describe('kvdesk serve --port 0 (a real process)', () => {
         '4',
         '--max-body',
         '64KiB',
+        '--max-bodies',
+        '48KiB',
         '--threads',
         '1',
         '--log-requests',
@@ -159,6 +161,22 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     const err = ((await res.json()) as { error: { message: string; limit_bytes: number } }).error;
     expect(err.limit_bytes).toBe(64 * 1024);
     expect(err.message).toMatch(/at most 65536 bytes\. Send less, or start kvdesk serve with a larger --max-body/);
+    expect((await fetch(`${url}/health`)).status).toBe(200);
+  });
+
+  it('applies --max-bodies: a body over the bodies held at once alone is a 413 that names the flag', async () => {
+    const body = JSON.stringify({ model: 'default', messages: [{ role: 'user', content: 'x'.repeat(50_000) }] });
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    expect(res.status).toBe(413);
+    const err = ((await res.json()) as { error: { message: string; limit_bytes: number } }).error;
+    expect(err.limit_bytes).toBe(48 * 1024);
+    expect(err.message).toMatch(
+      /more than the 49152 bytes of request bodies .* start kvdesk serve with a larger --max-bodies/,
+    );
     expect((await fetch(`${url}/health`)).status).toBe(200);
   });
 
@@ -527,6 +545,8 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/--device-memory 8GiB: give DEVICE=SIZE/);
     expect(await serve(['--max-body', 'lots'], io)).toBe(2);
     expect(err).toMatch(/--max-body: Cannot read "lots" as a byte size/);
+    expect(await serve(['--max-bodies', 'lots'], io)).toBe(2);
+    expect(err).toMatch(/--max-bodies: Cannot read "lots" as a byte size/);
     expect(await serve(['--max-message', '1GiB'], io)).toBe(2);
     expect(err).toMatch(/--max-message: 1GiB is more than a message can be .*give 500MiB or less/);
     expect(await serve(['--allow-origin', 'localhost:3000', '--data-dir', os.tmpdir()], io)).toBe(2);
