@@ -684,7 +684,18 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     });
     let final = path.join(libraryDir, slug(name));
     for (let i = 2; existsSync(final); i++) final = path.join(libraryDir, `${slug(name)}-${i}`);
-    await rename(root, final);
+    let moved = false;
+    try {
+      await rename(root, final);
+      moved = true;
+      // In the library file before anything else: a disk too full to write it (or to move the folder) refuses the
+      // upload as its files' write would (507), rather than answering it in while the file, and so the next
+      // start, knows nothing of the folder.
+      await library.added(final, await readAsItLoads(final), { saved: true });
+    } catch (err) {
+      if (moved) await rm(final, { recursive: true, force: true });
+      throw (await uploadNoRoom(err)) ?? err;
+    }
     try {
       const got = await imported(final, loadIt);
       // Named apart from another package: its folder (another upload of that name), or its id (a folder of that
@@ -692,6 +703,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       const apart = final !== path.join(libraryDir, slug(name)) || got.spec.id !== slugify(path.basename(final));
       return apart ? { ...got, nameTaken: true } : got;
     } catch (err) {
+      // Out of the library again (forget deletes kvdesk's copy), and its folder gone whatever forget managed.
+      await library.forget(final).catch(() => {});
       await rm(final, { recursive: true, force: true });
       throw err;
     }

@@ -781,9 +781,11 @@ export class ModelLibrary {
 
   /**
    * A package that joins the library without loading (an upload checked for its card, which loads it): listed
-   * first, as a load would list it; one the library knows already stays as it is.
+   * first, as a load would list it; one the library knows already stays as it is. `saved`: its entry must reach
+   * the library file (a copy kvdesk just made, which the next start would otherwise not know): a write refused (a
+   * full disk) takes it back out and throws the write's error.
    */
-  async added(root: string, spec: ModelSpec): Promise<void> {
+  async added(root: string, spec: ModelSpec, how: { saved?: boolean } = {}): Promise<void> {
     const abs = await canonicalPath(root);
     if (this.records.some((x) => x.root === abs)) return;
     const t = this.now();
@@ -799,7 +801,16 @@ export class ModelLibrary {
     this.sort();
     this.changed.add(abs);
     this.forgotten.delete(abs);
-    await this.save();
+    if (how.saved) {
+      try {
+        await this.write();
+      } catch (err) {
+        // Not in the file, so not in the library: the caller removes the folder it copied in.
+        this.records = this.records.filter((x) => x.root !== abs);
+        this.changed.delete(abs);
+        throw err;
+      }
+    } else await this.save();
     this.onChange(this.list());
   }
 
@@ -942,6 +953,13 @@ export class ModelLibrary {
    * process's additions are kept, its forgets honoured; entries this kvdesk cannot read are copied aside first.
    */
   private save(): Promise<void> {
+    // A failure is logged (this.saving): the library goes on in memory.
+    this.write().catch(() => {});
+    return this.saving;
+  }
+
+  /** As save, but the returned promise rejects with the write's error (a full disk's ENOSPC). */
+  private write(): Promise<void> {
     // Said once, at open: this session's library lives in memory only.
     if (this.readOnly) return this.saving;
     // Writes run in order, each atomically: the last state wins, a crash leaves the previous file.
@@ -994,7 +1012,7 @@ export class ModelLibrary {
         }
       });
     this.saving = next.catch((err: Error) => this.log(`kvdesk: the model library could not be saved: ${err.message}`));
-    return this.saving;
+    return next;
   }
 
   /** The library file's text for the records now. */
