@@ -502,8 +502,6 @@ export class BodyBudget {
       );
       err.body.error.limit_bytes = this.cap;
       err.headers['retry-after'] = '1';
-      // Its body is left unread: the connection cannot carry another request.
-      err.headers.connection = 'close';
       throw err;
     }
     this.held += bytes;
@@ -583,6 +581,35 @@ export function readBody(req: IncomingMessage, limit: number, raise?: string, bu
       reject(new Error('the client closed the connection before the end of its body'));
     });
   });
+}
+
+/** What is read and dropped of a body answered before it was read, at most, before its connection is closed. */
+const DRAIN_BYTES = 64 * 1024 ** 2;
+const DRAIN_MS = 10_000;
+
+/**
+ * A request answered before its body was read (a 413, an upload refused): the rest of its body is read and dropped,
+ * and the connection then serves the next request. Closed at once, a connection still receiving is reset by the
+ * kernel, and a client that sends its whole body before it reads the answer (Node's fetch, the OpenAI and Anthropic
+ * SDKs) got EPIPE or ECONNRESET instead of the 413 about half the time: "Connection error.", and the SDKs' retries
+ * sent the body twice more. Past DRAIN_BYTES dropped, or DRAIN_MS, the connection is closed all the same.
+ */
+export function drainUnreadBody(req: IncomingMessage): void {
+  if (req.complete) return;
+  let dropped = 0;
+  const close = () => {
+    clearTimeout(timer);
+    req.socket.destroy();
+  };
+  const timer = setTimeout(close, DRAIN_MS);
+  timer.unref();
+  req.on('data', (chunk: Buffer) => {
+    dropped += chunk.length;
+    if (dropped > DRAIN_BYTES) close();
+  });
+  req.once('end', () => clearTimeout(timer));
+  req.once('close', () => clearTimeout(timer));
+  req.resume();
 }
 
 /** `raise`: how the person running the server raises the limit (kvdesk serve's flag), where they can. */

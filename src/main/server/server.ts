@@ -18,6 +18,7 @@ import { hideFoldersIn, knownFolders } from './hide-paths';
 import {
   API_HEADERS,
   BodyBudget,
+  drainUnreadBody,
   errorFromInfo,
   HttpError,
   httpError,
@@ -515,8 +516,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   async function upload(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
     const boundary = multipartBoundary(req.headers['content-type']);
     const limit = boundary ? maxUploadBytes : Math.min(maxUploadBytes, MAX_JSON_UPLOAD_BYTES);
-    /** Refused before its body was read (too large, or a query it cannot take): the connection closes. */
-    let unread = true;
+    /** Refused (before its body was read: too large, or a query it cannot take; or while reading it). */
     const refuse = (err: HttpError) => {
       const hint = err.status === 413 && !boundary ? ' Large packages upload as multipart/form-data.' : '';
       sendJson(
@@ -531,8 +531,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
             detail: { limitBytes: typeof err.body.error.limit_bytes === 'number' ? err.body.error.limit_bytes : limit },
           },
         },
-        { ...err.headers, ...(err.status === 413 || unread ? { connection: 'close' } : {}) },
+        err.headers,
       );
+      drainUnreadBody(req);
     };
     let loadIt: boolean;
     try {
@@ -551,7 +552,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       /** A full disk (its files', or its lock's, write refused): 507, with the room needed and free. */
       const noRoom = async (err: unknown) => {
         const said = await hostApi.uploadNoRoom(err, Number.isFinite(declared) ? declared : undefined);
-        return said && (() => sendImported(res, { ok: false, error: toErrorInfo(said) }, loadIt, unread));
+        return said && (() => sendImported(res, { ok: false, error: toErrorInfo(said) }, loadIt, req));
       };
       let staging: string;
       try {
@@ -562,7 +563,6 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         answer();
         return;
       }
-      unread = false;
       let answer: () => void;
       try {
         const name = await receiveMultipart(req, staging, limit, opts.raiseLimits?.upload);
@@ -583,7 +583,6 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       return;
     }
     let decoded: DecodedUpload;
-    unread = false;
     try {
       decoded = uploadFromJson(parseJson(await readBody(req, limit, undefined, bodies), maxJsonValuesFor(limit)));
     } catch (err) {
@@ -668,11 +667,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       if (isOllamaPath(url.pathname)) sendOllamaError(res, refused);
       else if (url.pathname.startsWith('/v1/messages')) sendAnthropicError(res, refused);
       else unauthorizedPage(req, res, access.status, access.message, access.code);
+      drainUnreadBody(req);
       return;
     }
     route(req, res, url, access.setCookie).catch((err: unknown) => {
       const httpErr = err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err));
-      if (httpErr.status === 413) httpErr.headers.connection = 'close';
+      // A body left unread (a 413, a 503 with no room for it): its rest is read and dropped, so that the client
+      // reads the answer rather than a reset.
+      drainUnreadBody(req);
       // Anthropic's clients read their own error shape.
       if (url.pathname.startsWith('/v1/messages')) sendAnthropicError(res, httpErr);
       else if (isOllamaPath(url.pathname)) sendOllamaError(res, httpErr);
@@ -694,6 +696,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // The socket timeout counts inactivity; one that passes with a request in flight (a long prompt being read, a reply
   // between tokens) is no reason to close, and Node's keep-alive timeout after a response lands here too.
   server.timeout = opts.idleTimeoutMs ?? IDLE_CONNECTION_MS;
+  // Node's own keep-alive timeout (5 s) closed a connection idle between requests long before that, and told
+  // clients so (Keep-Alive: timeout=5). Closed by the same timeout, a connection outlives the pools of most
+  // clients (which drop theirs sooner): a server closing first races a client reusing it.
+  server.keepAliveTimeout = server.timeout;
   server.on('timeout', (socket: Duplex) => {
     if (!inFlight.has(socket)) socket.destroy();
   });

@@ -14,7 +14,7 @@
  */
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
 import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -22,7 +22,7 @@ import busboy from 'busboy';
 import type { ImportedPackage } from '../../shared/api';
 import { KvdeskError, type Result } from '../../shared/errors';
 import { safeRelativePath, uploadPathCheck, uploadWriteError } from '../host/host-api';
-import { errorFromInfo, HttpError, httpError, sendJson, tooLarge } from './http-util';
+import { drainUnreadBody, errorFromInfo, HttpError, httpError, sendJson, tooLarge } from './http-util';
 
 /** A decoded upload, as HostApi.importFiles takes it. */
 export interface DecodedUpload {
@@ -54,13 +54,14 @@ export function sendImported(
   res: ServerResponse,
   result: Result<ImportedPackage>,
   loaded: boolean,
-  /** Its body was not read (refused before): the connection closes. */
-  unread = false,
+  /** Its request, whose body's rest is dropped when it was not read (refused before): drainUnreadBody. */
+  req?: IncomingMessage,
 ): void {
   if (!result.ok) {
     // A full disk (HostApi.uploadNoRoom): 507 Insufficient Storage, not a bug's 500.
     const status = result.error.detail?.diskFull === true ? 507 : errorFromInfo(result.error).status;
-    sendJson(res, status, result, unread ? { connection: 'close' } : {});
+    sendJson(res, status, result);
+    if (req) drainUnreadBody(req);
     return;
   }
   const { model, ...kept } = result.value;

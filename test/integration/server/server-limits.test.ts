@@ -145,6 +145,56 @@ describe('a message or body with millions of values', () => {
   });
 });
 
+describe('a body over the limit, sent whole before the answer is read', () => {
+  // Its own server, at the default idle timeout (the one above closes idle connections after 400 ms).
+  let own: TestServer;
+  beforeAll(async () => {
+    own = await startTestServer({}, { loadDefault: false, maxJsonBytes: 6 * 1024 ** 2 });
+  });
+  afterAll(async () => {
+    await own?.close();
+  });
+  it('gets its 413 every time (not a reset), and the connection serves the next request', async () => {
+    // Node's fetch and the OpenAI and Anthropic SDKs send the whole body before they read the answer: with the
+    // connection closed at once, the bytes still coming made the kernel reset it, and about half of them got EPIPE.
+    const body = Buffer.alloc(16 * 1024 ** 2, 0x20);
+    for (let i = 0; i < 6; i++) {
+      const res = await fetch(`${own.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
+      expect(res.status).toBe(413);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('payload_too_large');
+    }
+    // Read to its end, the body leaves the connection for the next request (kept alive, not closed).
+    const answers = await new Promise<string>((resolve, reject) => {
+      const url = new URL(own.url);
+      const socket = net.connect(Number(url.port), url.hostname);
+      let text = '';
+      socket.on('data', (d) => {
+        text += String(d);
+        if (/HTTP\/1\.1 413[\s\S]*HTTP\/1\.1 200/.test(text)) {
+          socket.destroy();
+          resolve(text);
+        }
+      });
+      socket.once('error', reject);
+      socket.once('close', () => resolve(text));
+      const big = 7 * 1024 ** 2;
+      socket.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\nContent-Length: ${big}\r\n\r\n`,
+      );
+      socket.write(Buffer.alloc(big, 0x20));
+      socket.write(`GET /v1/models HTTP/1.1\r\nHost: ${url.host}\r\n\r\n`);
+    });
+    expect(answers).toMatch(/^HTTP\/1\.1 413/);
+    expect(answers).toContain('HTTP/1.1 200');
+    // Kept alive as long as any connection idle between requests (Node's own 5 s closed it long before).
+    expect(answers.toLowerCase()).toContain('keep-alive: timeout=60');
+  });
+});
+
 describe('a connection that sends nothing', () => {
   it('is closed after the idle timeout; a WebSocket left quiet is not', async () => {
     const url = new URL(t.url);
