@@ -21,6 +21,7 @@ import type {
   Thread,
   ThreadFields,
   ThreadSummary,
+  UiSettings,
 } from '../../shared/api';
 import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
@@ -900,9 +901,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   let settingsUnanswered = false;
   /** Settings saves sent and not answered yet. */
   let settingsOnTheirWay = 0;
-  function saveSettings(): void {
+  /**
+   * The settings' fields this page changed and has not had answered yet: a save writes only these (another page of
+   * this kvdesk may have changed another field at the same moment; this page's older value of it must not undo that).
+   */
+  const settingsChanged = new Set<keyof UiSettings>();
+  /** Saves the settings, with `fields` changed by this page (and those changed before that were not answered). */
+  function saveSettings(...fields: Array<keyof UiSettings>): void {
+    for (const f of fields) settingsChanged.add(f);
     settingsUnanswered = false;
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
+    const changed = [...settingsChanged];
+    settingsChanged.clear();
     const { lastThreadId, inspectorOpen, theme, apiServer, presets } = s().ui;
     settingsOnTheirWay++;
     void api
@@ -912,6 +922,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         ...(theme ? { theme } : {}),
         ...(apiServer ? { apiServer } : {}),
         ...(presets && presets.length > 0 ? { presets } : {}),
+        changed,
       })
       .then((r) => {
         settingsOnTheirWay--;
@@ -920,6 +931,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // The connection went before kvdesk answered: saved again once it is back (only this page has them).
         if (!r.ok && r.error.detail?.reason === 'disconnect') {
           settingsUnanswered = true;
+          for (const f of changed) settingsChanged.add(f);
           notSavedYet(
             'Your settings are not saved yet: kvdesk cannot be reached. They are saved once it is back; closing or reloading this page meanwhile loses the presets, theme and choices made since.',
           );
@@ -1297,6 +1309,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     for (const set of [sessionModel, madeAs, carriedFrom, cancels]) set.clear();
     for (const id of [...streamSaves.keys()]) endStreamSaves(id);
     settingsUnanswered = false;
+    settingsChanged.clear();
     settingsLoaded = false; // not saved over this folder's before they are read
     restoreFor = null;
     saidWaiting = true; // said here
@@ -1363,7 +1376,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   function rememberOpen(id: string | null): void {
     s().setUi({ lastThreadId: id ?? undefined });
-    saveSettings();
+    saveSettings('lastThreadId');
   }
 
   /** How each chat made in this page was set up when it was made (chatSetup), to tell an untouched one. */
@@ -1993,7 +2006,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setApiServer(r.value);
       // Remember the port asked for (0 stays "any free port"), how, and whether it starts with kvdesk.
       s().setUi({ apiServer: saved });
-      saveSettings();
+      saveSettings('apiServer');
       return null;
     },
     measureDraft,
@@ -2045,7 +2058,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const preset: Preset = { name: clean, ...carriedSettings(t) };
       const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
       s().setUi({ presets: [...others, preset].sort((a, b) => a.name.localeCompare(b.name)) });
-      saveSettings();
+      saveSettings('presets');
       s().updateThread(threadId, { preset: clean });
       saveThread(threadId);
     },
@@ -2080,11 +2093,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     deletePreset(name) {
       s().setUi({ presets: (s().ui.presets ?? []).filter((p) => p.name !== name) });
-      saveSettings();
+      saveSettings('presets');
     },
     saveApiServer(saved) {
       s().setUi({ apiServer: saved });
-      saveSettings();
+      saveSettings('apiServer');
     },
     async newApiKey() {
       const r = await api.invoke('newApiKey', {});
@@ -2099,7 +2112,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const was = s().ui.apiServer;
       if (was?.autostart) {
         s().setUi({ apiServer: { ...was, autostart: false } });
-        saveSettings();
+        saveSettings('apiServer');
       }
       return null;
     },
@@ -2226,11 +2239,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     setInspectorOpen(open) {
       s().setUi({ inspectorOpen: open });
-      saveSettings();
+      saveSettings('inspectorOpen');
     },
     setTheme(theme) {
       s().setUi({ theme });
-      saveSettings();
+      saveSettings('theme');
     },
     chooseFolder:
       transport.api.transport === 'electron' && transport.api.chooseFolder
