@@ -565,10 +565,6 @@ export class ThreadStore {
    */
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
-    this.extras.delete(id);
-    this.held.delete(id);
-    this.summaries.delete(id);
-    this.haystacks.delete(id);
     // Holding the chat's lock, as a save does: another kvdesk's save of it either comes before (and is deleted) or
     // after (and is refused as deleted), never between the check and the write.
     await this.inOrder(file, async () => {
@@ -587,6 +583,11 @@ export class ThreadStore {
         if (this.deletesToWrite.get(id) === noted.at) this.deletesToWrite.delete(id);
         throw err;
       }
+      // Gone: forgotten here too (a delete refused leaves the chat as this store knew it: listed, its size known).
+      this.extras.delete(id);
+      this.held.delete(id);
+      this.summaries.delete(id);
+      this.haystacks.delete(id);
     });
   }
 

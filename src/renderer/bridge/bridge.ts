@@ -28,7 +28,7 @@ import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/c
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { cutText } from '../../shared/text';
 import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
-import { drafts } from '../lib/drafts';
+import { type Draft, drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import {
   branchTitle,
@@ -49,6 +49,7 @@ import {
   whyNotKept,
 } from '../lib/pending-changes';
 import { blank, carriedSettings, chatSetup, presetName } from '../lib/presets';
+import { openScrolledTo, type ScrollPlace, scrollPlaceOf } from '../lib/scroll-place';
 import { importedTitle, parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
 import type { AppStore } from '../store';
@@ -562,8 +563,21 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     pendingStore?.forget(pageId, threadId, at).catch(() => {});
   }
 
-  /** Chats this page dropped from its list and asked the host to delete, as they were: put back if it refuses. */
-  const deletedHere = new Map<string, { thread: Thread; summary?: ThreadSummary; known?: Thread }>();
+  /**
+   * Chats this page dropped from its list and asked the host to delete, as they were: put back if it refuses, with
+   * their draft; the one that was open (`open`: where its list was scrolled, and the chat opened in its place) opens
+   * again, unless another was opened since.
+   */
+  const deletedHere = new Map<
+    string,
+    {
+      thread: Thread;
+      summary?: ThreadSummary;
+      known?: Thread;
+      draft: Draft;
+      open?: { place: ScrollPlace | null; next: string | null };
+    }
+  >();
 
   /** Deletes the chat on the host (this page dropped it already); one the connection's close left unanswered, again. */
   function deleteOnHost(id: string, title: string): void {
@@ -586,6 +600,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         if (back.known) known.set(id, back.known);
         if (back.summary) s().receiveSummary(back.summary);
         else s().receiveThread(back.thread);
+        // What was being written in it, unless something was written there since (another tab's).
+        if (drafts().get(id).text === '' && drafts().get(id).files.length === 0) drafts().set(id, back.draft);
+        // Open again, as it was, where the person was left (not when they opened another chat meanwhile).
+        if (back.open && s().activeThreadId === back.open.next) {
+          if (back.open.place) openScrolledTo(id, back.open.place);
+          s().selectThread(id);
+          restoreModel(id);
+          rememberOpen(id);
+        }
       }
       report(`Could not delete “${title}”`, r, true);
     });
@@ -2151,13 +2174,22 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     deleteThread(id) {
       const thread = s().threads.find((t) => t.id === id);
       const title = thread?.title ?? UNTITLED;
-      if (thread) {
-        const summary = s().summaries[id];
-        const host = known.get(id);
-        deletedHere.set(id, { thread, ...(summary ? { summary } : {}), ...(host ? { known: host } : {}) });
-      }
+      const wasOpen = s().activeThreadId === id;
+      const place = wasOpen ? scrollPlaceOf(id) : null;
+      const draft = drafts().get(id);
+      const summary = s().summaries[id];
+      const host = known.get(id);
       if (dropThread(id))
         notify(`“${title}” was deleted before your message in it was sent: it is back in the message box.`);
+      if (thread) {
+        deletedHere.set(id, {
+          thread,
+          draft,
+          ...(summary ? { summary } : {}),
+          ...(host ? { known: host } : {}),
+          ...(wasOpen ? { open: { place, next: s().activeThreadId } } : {}),
+        });
+      }
       deleteOnHost(id, title);
       rememberOpen(s().activeThreadId);
     },
