@@ -480,6 +480,15 @@ export const UiSettings = z.object({
   presets: z.array(Preset).max(100).optional(),
 });
 export type UiSettings = z.infer<typeof UiSettings>;
+/** The names of the settings' fields. */
+export const UI_SETTINGS_FIELDS = Object.keys(UiSettings.shape) as [keyof UiSettings, ...(keyof UiSettings)[]];
+/**
+ * A page's settings save: the settings as the page has them, and `changed`, the fields it changed since its last save
+ * (only those are written, over the file as it is then; a field listed and absent is removed). Without `changed` (a
+ * page of an earlier version), the fields that differ from what the host last read or wrote are written.
+ */
+export const SaveSettingsRequest = UiSettings.extend({ changed: z.array(z.enum(UI_SETTINGS_FIELDS)).optional() });
+export type SaveSettingsRequest = z.infer<typeof SaveSettingsRequest>;
 /** The desktop window's API server as saved: port, start with kvdesk, on the network, with the key. */
 export type ApiServerSettings = NonNullable<UiSettings['apiServer']>;
 
@@ -554,7 +563,7 @@ export const CallSchemas = {
   getSettings: Empty,
   /** The files of the data directory kvdesk could not use (each named, with what was done and what to do). */
   dataProblems: Empty,
-  saveSettings: UiSettings,
+  saveSettings: SaveSettingsRequest,
   /** A generation request's prompt, measured without running it (the composer's token count). */
   measurePrompt: MeasurePromptRequest,
   /** Where the HTTP API answers, and who runs it. */

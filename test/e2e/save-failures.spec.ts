@@ -119,20 +119,26 @@ test('settings that could not be saved are said, and the server log says so', as
   }
 });
 
-test('a delete the host refuses puts the chat back in its place and says why; the settings notice does not hide it', async ({
+test('a delete the host refuses puts the chat back in its place, open as it was with its draft, and says why; the settings notice does not hide it', async ({
   page,
   smallServer,
 }) => {
+  // Short, so that the chat deleted scrolls.
+  await page.setViewportSize({ width: 1280, height: 560 });
   await open(page, smallServer);
   const titles = ['first to keep', 'second to delete', 'third to keep'];
   const ids: string[] = [];
   for (const t of titles) {
     ids.push(await newChat(page));
     await setSettings(page, { maxNewTokens: 2 });
-    await send(page, t);
-    await expect(page.getByTestId('message-assistant').last()).toHaveAttribute('data-state', 'done', {
-      timeout: 30_000,
-    });
+    const turns =
+      t === 'second to delete' ? [t, ...[1, 2, 3].map((n) => `turn ${n}: ${'words to scroll by '.repeat(12)}`)] : [t];
+    for (const turn of turns) {
+      await send(page, turn);
+      await expect(page.getByTestId('message-assistant').last()).toHaveAttribute('data-state', 'done', {
+        timeout: 30_000,
+      });
+    }
   }
   const target = ids[1] as string;
   const rows = page.getByTestId('thread-list').locator('[data-testid="thread-item"][data-thread-id]');
@@ -151,6 +157,15 @@ test('a delete the host refuses puts the chat back in its place and says why; th
   try {
     await page.getByTestId('thread-list').locator(`[data-thread-id="${target}"]`).first().click();
     await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', target);
+    // Scrolled up to its first message, a reply being written.
+    const list = page.getByTestId('message-list');
+    await expect(list.locator('[data-message-id]')).toHaveCount(8);
+    await list.evaluate((el) => {
+      el.scrollTop = 0;
+    });
+    await expect(page.getByTestId('jump-to-end')).toBeVisible();
+    const input = page.getByTestId('chat-input');
+    await input.fill('a reply half written');
     const row = page.locator(`[data-testid="thread-item"][data-thread-id="${target}"]`);
     await row.hover();
     await row.getByTestId('thread-delete').click();
@@ -158,8 +173,13 @@ test('a delete the host refuses puts the chat back in its place and says why; th
     const notices = page.locator('[data-testid="notice"], [data-testid="notice-earlier"]');
     await expect(notices.filter({ hasText: 'Could not delete “second to delete”:' })).toHaveCount(1);
     await expect(notices.filter({ hasText: 'Your settings were not saved' })).toHaveCount(1);
-    // Back in the list, where it was.
+    // Back in the list, where it was; open again, scrolled as it was, with its draft.
     await expect.poll(order).toEqual(before);
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', target);
+    await expect(input).toHaveValue('a reply half written');
+    await expect(page.getByTestId('jump-to-end')).toBeVisible();
+    await expect(list.getByTestId('message-user').first()).toBeInViewport();
+    expect(await list.evaluate((el) => el.scrollTop)).toBeLessThan(5);
     await expect(notices.filter({ hasText: 'Could not delete “second to delete”:' })).toContainText(deleted);
   } finally {
     for (const f of [deleted, settings]) rmSync(f, { recursive: true, force: true });

@@ -2,6 +2,8 @@
  * Light and dark, in Chromium against a real serve: as the OS is (prefers-color-scheme), or the person's pick from
  * the header's theme button, kept with the settings across a reload and taken up by the other open pages.
  */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import type { Page } from '@playwright/test';
 import { expect, test } from './fixtures';
 
@@ -109,4 +111,37 @@ test('placeholders (the message box hint, the limit now) read at 4.5:1 in both t
     const { text, own } = await colours();
     expect(text).not.toBe(own);
   }
+});
+
+test('two pages changing different settings at the same moment keep both changes', async ({ app, context, server }) => {
+  const other = await context.newPage();
+  await other.goto(server.url);
+  await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  const file = path.join(server.dataDir, 'settings.json');
+  const saved = () => JSON.parse(readFileSync(file, 'utf8')) as { theme?: string; inspectorOpen?: boolean };
+  const theme = app.getByTestId('theme-toggle');
+  const inspector = other.getByTestId('inspector-toggle');
+  await expect(theme).toHaveAttribute('data-theme', 'system');
+  await expect(inspector).toHaveAttribute('aria-pressed', 'true');
+  // At once: this page picks a theme, the other hides its inspector.
+  await Promise.all([theme.click(), inspector.click()]);
+  await expect(inspector).toHaveAttribute('aria-pressed', 'false');
+  await expect.poll(saved).toMatchObject({ theme: 'light', inspectorOpen: false });
+  // Then this page, which still shows its own inspector (a page keeps its own as it is), picks another theme: its
+  // save is of the theme, not of an inspector shown as it was before the other page hid it.
+  await expect(app.getByTestId('inspector-toggle')).toHaveAttribute('aria-pressed', 'true');
+  await theme.click();
+  await expect(theme).toHaveAttribute('data-theme', 'dark');
+  await expect(other.getByTestId('theme-toggle')).toHaveAttribute('data-theme', 'dark');
+  await expect.poll(saved).toMatchObject({ theme: 'dark', inspectorOpen: false });
+  // A page opened now has both.
+  await other.reload();
+  await expect(other.getByTestId('theme-toggle')).toHaveAttribute('data-theme', 'dark');
+  await expect(inspector).toHaveAttribute('aria-pressed', 'false');
+  // As the other tests on this file's server expect them: the OS's theme, the inspector shown.
+  await theme.click();
+  await inspector.click();
+  await expect.poll(saved).toMatchObject({ inspectorOpen: true });
+  expect(saved().theme).toBeUndefined();
+  await other.close();
 });

@@ -16,7 +16,16 @@
 import { open, readdir, readFile, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
-import { StoredMessage, Thread, type ThreadFields, ThreadHead, type ThreadSummary, UiSettings } from '../../shared/api';
+import {
+  type SaveSettingsRequest,
+  StoredMessage,
+  Thread,
+  type ThreadFields,
+  ThreadHead,
+  type ThreadSummary,
+  UI_SETTINGS_FIELDS,
+  UiSettings,
+} from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import { searchForm } from '../../shared/text';
 import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } from './data-file';
@@ -556,10 +565,6 @@ export class ThreadStore {
    */
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
-    this.extras.delete(id);
-    this.held.delete(id);
-    this.summaries.delete(id);
-    this.haystacks.delete(id);
     // Holding the chat's lock, as a save does: another kvdesk's save of it either comes before (and is deleted) or
     // after (and is refused as deleted), never between the check and the write.
     await this.inOrder(file, async () => {
@@ -578,6 +583,11 @@ export class ThreadStore {
         if (this.deletesToWrite.get(id) === noted.at) this.deletesToWrite.delete(id);
         throw err;
       }
+      // Gone: forgotten here too (a delete refused leaves the chat as this store knew it: listed, its size known).
+      this.extras.delete(id);
+      this.held.delete(id);
+      this.summaries.delete(id);
+      this.haystacks.delete(id);
     });
   }
 
@@ -680,14 +690,15 @@ export class ThreadStore {
   }
 
   /**
-   * Saves the settings a page sends (all of them) and returns them as written. Only the fields the page changed (those
-   * that differ from what this kvdesk last read or wrote, which its pages hold) are written over the file as it is
-   * now: another kvdesk on the same data folder (the window and `kvdesk serve`) may have saved since, a preset say,
-   * and a theme changed here must not erase it. Read first, holding `settings.json.lock` (file-lock.ts) to the write:
-   * a file that cannot be read is refused (never written over, whoever saves), one that does not parse is moved
+   * Saves the settings a page sends (all of them) and returns them as written. Only the fields the page changed are
+   * written over the file as it is now: those it names in `changed`, or (a page that names none, of an earlier
+   * version) those that differ from what this kvdesk last read or wrote, which its pages hold. Another page of this
+   * kvdesk, or another kvdesk on the same data folder (the window and `kvdesk serve`), may have saved since, a preset
+   * say, and a theme changed here must not erase it. Read first, holding `settings.json.lock` (file-lock.ts) to the
+   * write: a file that cannot be read is refused (never written over, whoever saves), one that does not parse is moved
    * aside, and fields of a newer kvdesk stay.
    */
-  async saveSettings(settings: UiSettings): Promise<UiSettings> {
+  async saveSettings({ changed, ...settings }: SaveSettingsRequest): Promise<UiSettings> {
     return this.inOrder(this.settingsFile, () =>
       withFileLock(
         `${this.settingsFile}.lock`,
@@ -695,8 +706,10 @@ export class ThreadStore {
           const now = await this.readSettings();
           const base = this.settingsKnown ?? now.settings;
           const merged: Record<string, unknown> = { ...now.settings };
-          for (const key of Object.keys(UiSettings.shape) as (keyof UiSettings)[]) {
-            if (JSON.stringify(settings[key]) === JSON.stringify(base[key])) continue; // not changed by the page
+          for (const key of UI_SETTINGS_FIELDS) {
+            // Not changed by the page: as the file has it (another page's change of it stays).
+            if (changed ? !changed.includes(key) : JSON.stringify(settings[key]) === JSON.stringify(base[key]))
+              continue;
             if (settings[key] === undefined) delete merged[key];
             else merged[key] = settings[key];
           }

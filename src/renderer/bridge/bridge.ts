@@ -21,13 +21,14 @@ import type {
   Thread,
   ThreadFields,
   ThreadSummary,
+  UiSettings,
 } from '../../shared/api';
 import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { cutText } from '../../shared/text';
 import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
-import { drafts } from '../lib/drafts';
+import { type Draft, drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import {
   branchTitle,
@@ -48,6 +49,7 @@ import {
   whyNotKept,
 } from '../lib/pending-changes';
 import { blank, carriedSettings, chatSetup, presetName } from '../lib/presets';
+import { openScrolledTo, type ScrollPlace, scrollPlaceOf } from '../lib/scroll-place';
 import { importedTitle, parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
 import type { AppStore } from '../store';
@@ -561,8 +563,21 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     pendingStore?.forget(pageId, threadId, at).catch(() => {});
   }
 
-  /** Chats this page dropped from its list and asked the host to delete, as they were: put back if it refuses. */
-  const deletedHere = new Map<string, { thread: Thread; summary?: ThreadSummary; known?: Thread }>();
+  /**
+   * Chats this page dropped from its list and asked the host to delete, as they were: put back if it refuses, with
+   * their draft; the one that was open (`open`: where its list was scrolled, and the chat opened in its place) opens
+   * again, unless another was opened since.
+   */
+  const deletedHere = new Map<
+    string,
+    {
+      thread: Thread;
+      summary?: ThreadSummary;
+      known?: Thread;
+      draft: Draft;
+      open?: { place: ScrollPlace | null; next: string | null };
+    }
+  >();
 
   /** Deletes the chat on the host (this page dropped it already); one the connection's close left unanswered, again. */
   function deleteOnHost(id: string, title: string): void {
@@ -585,6 +600,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         if (back.known) known.set(id, back.known);
         if (back.summary) s().receiveSummary(back.summary);
         else s().receiveThread(back.thread);
+        // What was being written in it, unless something was written there since (another tab's).
+        if (drafts().get(id).text === '' && drafts().get(id).files.length === 0) drafts().set(id, back.draft);
+        // Open again, as it was, where the person was left (not when they opened another chat meanwhile).
+        if (back.open && s().activeThreadId === back.open.next) {
+          if (back.open.place) openScrolledTo(id, back.open.place);
+          s().selectThread(id);
+          restoreModel(id);
+          rememberOpen(id);
+        }
       }
       report(`Could not delete “${title}”`, r, true);
     });
@@ -900,9 +924,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   let settingsUnanswered = false;
   /** Settings saves sent and not answered yet. */
   let settingsOnTheirWay = 0;
-  function saveSettings(): void {
+  /**
+   * The settings' fields this page changed and has not had answered yet: a save writes only these (another page of
+   * this kvdesk may have changed another field at the same moment; this page's older value of it must not undo that).
+   */
+  const settingsChanged = new Set<keyof UiSettings>();
+  /** Saves the settings, with `fields` changed by this page (and those changed before that were not answered). */
+  function saveSettings(...fields: Array<keyof UiSettings>): void {
+    for (const f of fields) settingsChanged.add(f);
     settingsUnanswered = false;
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
+    const changed = [...settingsChanged];
+    settingsChanged.clear();
     const { lastThreadId, inspectorOpen, theme, apiServer, presets } = s().ui;
     settingsOnTheirWay++;
     void api
@@ -912,6 +945,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         ...(theme ? { theme } : {}),
         ...(apiServer ? { apiServer } : {}),
         ...(presets && presets.length > 0 ? { presets } : {}),
+        changed,
       })
       .then((r) => {
         settingsOnTheirWay--;
@@ -920,6 +954,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // The connection went before kvdesk answered: saved again once it is back (only this page has them).
         if (!r.ok && r.error.detail?.reason === 'disconnect') {
           settingsUnanswered = true;
+          for (const f of changed) settingsChanged.add(f);
           notSavedYet(
             'Your settings are not saved yet: kvdesk cannot be reached. They are saved once it is back; closing or reloading this page meanwhile loses the presets, theme and choices made since.',
           );
@@ -1297,6 +1332,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     for (const set of [sessionModel, madeAs, carriedFrom, cancels]) set.clear();
     for (const id of [...streamSaves.keys()]) endStreamSaves(id);
     settingsUnanswered = false;
+    settingsChanged.clear();
     settingsLoaded = false; // not saved over this folder's before they are read
     restoreFor = null;
     saidWaiting = true; // said here
@@ -1363,7 +1399,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   function rememberOpen(id: string | null): void {
     s().setUi({ lastThreadId: id ?? undefined });
-    saveSettings();
+    saveSettings('lastThreadId');
   }
 
   /** How each chat made in this page was set up when it was made (chatSetup), to tell an untouched one. */
@@ -1993,7 +2029,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setApiServer(r.value);
       // Remember the port asked for (0 stays "any free port"), how, and whether it starts with kvdesk.
       s().setUi({ apiServer: saved });
-      saveSettings();
+      saveSettings('apiServer');
       return null;
     },
     measureDraft,
@@ -2045,7 +2081,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const preset: Preset = { name: clean, ...carriedSettings(t) };
       const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
       s().setUi({ presets: [...others, preset].sort((a, b) => a.name.localeCompare(b.name)) });
-      saveSettings();
+      saveSettings('presets');
       s().updateThread(threadId, { preset: clean });
       saveThread(threadId);
     },
@@ -2080,11 +2116,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     deletePreset(name) {
       s().setUi({ presets: (s().ui.presets ?? []).filter((p) => p.name !== name) });
-      saveSettings();
+      saveSettings('presets');
     },
     saveApiServer(saved) {
       s().setUi({ apiServer: saved });
-      saveSettings();
+      saveSettings('apiServer');
     },
     async newApiKey() {
       const r = await api.invoke('newApiKey', {});
@@ -2099,7 +2135,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const was = s().ui.apiServer;
       if (was?.autostart) {
         s().setUi({ apiServer: { ...was, autostart: false } });
-        saveSettings();
+        saveSettings('apiServer');
       }
       return null;
     },
@@ -2138,13 +2174,22 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     deleteThread(id) {
       const thread = s().threads.find((t) => t.id === id);
       const title = thread?.title ?? UNTITLED;
-      if (thread) {
-        const summary = s().summaries[id];
-        const host = known.get(id);
-        deletedHere.set(id, { thread, ...(summary ? { summary } : {}), ...(host ? { known: host } : {}) });
-      }
+      const wasOpen = s().activeThreadId === id;
+      const place = wasOpen ? scrollPlaceOf(id) : null;
+      const draft = drafts().get(id);
+      const summary = s().summaries[id];
+      const host = known.get(id);
       if (dropThread(id))
         notify(`“${title}” was deleted before your message in it was sent: it is back in the message box.`);
+      if (thread) {
+        deletedHere.set(id, {
+          thread,
+          draft,
+          ...(summary ? { summary } : {}),
+          ...(host ? { known: host } : {}),
+          ...(wasOpen ? { open: { place, next: s().activeThreadId } } : {}),
+        });
+      }
       deleteOnHost(id, title);
       rememberOpen(s().activeThreadId);
     },
@@ -2226,11 +2271,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     setInspectorOpen(open) {
       s().setUi({ inspectorOpen: open });
-      saveSettings();
+      saveSettings('inspectorOpen');
     },
     setTheme(theme) {
       s().setUi({ theme });
-      saveSettings();
+      saveSettings('theme');
     },
     chooseFolder:
       transport.api.transport === 'electron' && transport.api.chooseFolder

@@ -9,7 +9,7 @@ import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes } from '../lib/attachments';
 import { busyElsewhere } from '../lib/busy-elsewhere';
-import { markdownDirection, textDirection } from '../lib/direction';
+import { directionKeeper, textDirection } from '../lib/direction';
 import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
@@ -680,6 +680,8 @@ function AssistantReply({
   // While streaming, React may skip intermediate texts under load instead of parsing Markdown for each.
   const deferred = useDeferredValue(message.content);
   const text = live ? deferred : message.content;
+  // Worked out again as the reply streams only while it can still change (its first 16 KB).
+  const directionOf = useMemo(() => directionKeeper(), []);
   const stats = message.stats;
   // The cap of the request on its way (a continued reply's stats hold its last one's), else of the one that wrote it.
   const cap = live ? live.budgetCap : stats?.budgetCap;
@@ -807,7 +809,7 @@ function AssistantReply({
       <div
         className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`}
         data-testid="message-text"
-        dir={(text && markdownDirection(text)) || 'auto'}
+        dir={(text && directionOf(text)) || 'auto'}
       >
         {showTokens && probabilities ? (
           <TokenView tokens={probabilities} which={which} />

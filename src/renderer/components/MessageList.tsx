@@ -12,6 +12,7 @@ import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
 import { currentDrop, leftOutMessages } from '../bridge/prompt';
 import type { FindMatch } from '../lib/find';
+import { noteScrollPlace, takeOpenPlace } from '../lib/scroll-place';
 import { CHAT_INPUT_ID } from './Composer';
 import { clearMarks, markMatches } from './find-marks';
 import { Message } from './Message';
@@ -129,9 +130,26 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
   }, [editingId, editingIndex]);
   useEffect(() => () => window.clearTimeout(release.current), []);
 
-  // A new thread opens at its end.
+  // A new thread opens at its end; one that comes back (its delete refused) where it was, its rows re-measured
+  // around the message that was at the top.
   // biome-ignore lint/correctness/useExhaustiveDependencies: runs when the thread changes
   useLayoutEffect(() => {
+    const back = takeOpenPlace(threadId);
+    const at = back ? messages.findIndex((m) => m.id === back.messageId) : -1;
+    noteScrollPlace(threadId, null);
+    window.clearTimeout(release.current);
+    if (back && at >= 0) {
+      stick.current = false;
+      anchor.current = { id: back.messageId, top: back.top };
+      setAway(true);
+      virtualizer.scrollToIndex(at, { align: 'start' });
+      holdAnchor();
+      noteScrollPlace(threadId, back);
+      release.current = window.setTimeout(() => {
+        anchor.current = null;
+      }, 1000);
+      return;
+    }
     stick.current = true;
     anchor.current = null;
     setAway(false);
@@ -234,6 +252,15 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
           else if (up) stick.current = false;
           else toBottom();
           setAway(!stick.current);
+          // Where it is, for a chat that comes back after its delete was refused: the first row on screen.
+          const top = virtualizer.getVirtualItems().find((it) => it.start + 12 + it.size > el.scrollTop);
+          const topId = top ? messages[top.index]?.id : undefined;
+          noteScrollPlace(
+            threadId,
+            stick.current || !top || topId === undefined
+              ? null
+              : { messageId: topId, top: top.start + 12 - el.scrollTop },
+          );
           // Scrolled while editing: the message edited stays where the person put it.
           const a = anchor.current;
           const i = a ? messages.findIndex((m) => m.id === a.id) : -1;

@@ -41,10 +41,31 @@ const CODE_AND_MATH = [
   /\\\([\s\S]*?\\\)/g,
 ];
 
+/** How much of a Markdown text markdownDirection reads: its first characters (code and math are taken out of them). */
+export const MARKDOWN_READ_CHARS = 4 * READ_CHARS;
+
 /** The direction a Markdown text reads in: its letters' outside code and math, as `textDirection`. */
 export function markdownDirection(text: string): 'ltr' | 'rtl' | undefined {
   // Its first few KB: code and math taken out of them first (a fence they cut runs to their end, and goes too).
-  return textDirection(CODE_AND_MATH.reduce((t, re) => t.replace(re, ' '), text.slice(0, 4 * READ_CHARS)));
+  return textDirection(CODE_AND_MATH.reduce((t, re) => t.replace(re, ' '), text.slice(0, MARKDOWN_READ_CHARS)));
+}
+
+/**
+ * markdownDirection for one message whose text grows (a reply streaming, a frame at a time): once the text is
+ * MARKDOWN_READ_CHARS long, what is read of it no longer changes as it grows, and neither does its direction, which
+ * is kept rather than worked out again (six passes over 16 KB) at every frame. A text that does not begin as the
+ * one kept did (the reply edited, another version shown) is read again. `compute`: markdownDirection (tests count).
+ */
+export function directionKeeper(
+  compute: (text: string) => 'ltr' | 'rtl' | undefined = markdownDirection,
+): (text: string) => 'ltr' | 'rtl' | undefined {
+  let kept: { head: string; dir: 'ltr' | 'rtl' | undefined } | null = null;
+  return (text) => {
+    if (kept && text.length >= MARKDOWN_READ_CHARS && text.startsWith(kept.head)) return kept.dir;
+    const dir = compute(text);
+    kept = text.length >= MARKDOWN_READ_CHARS ? { head: text.slice(0, MARKDOWN_READ_CHARS), dir } : null;
+    return dir;
+  };
 }
 
 /** A HAST node, as far as rehypeDirection reads one. */

@@ -3,7 +3,14 @@
  * its code and math; and each block of a reply's Markdown given its own (rehypeDirection).
  */
 import { describe, expect, it } from 'vitest';
-import { type DirNode, markdownDirection, setDirections, textDirection } from '../../../src/renderer/lib/direction';
+import {
+  type DirNode,
+  directionKeeper,
+  MARKDOWN_READ_CHARS,
+  markdownDirection,
+  setDirections,
+  textDirection,
+} from '../../../src/renderer/lib/direction';
 
 describe('textDirection', () => {
   it('is the one most of its letters read in, past digits, spaces and punctuation (a tie: the first’s)', () => {
@@ -44,6 +51,41 @@ const el = (tagName: string, children: DirNode[], properties: Record<string, unk
   children,
 });
 const text = (value: string): DirNode => ({ type: 'text', value });
+
+describe('directionKeeper', () => {
+  it("a streaming reply's direction is worked out at each frame until its first 16 KB are in, then kept", () => {
+    let calls = 0;
+    const directionOf = directionKeeper((text) => {
+      calls++;
+      return markdownDirection(text);
+    });
+    // A Hebrew reply streamed 1 KB a frame to 40 KB, then English after it (too late to change it).
+    const chunk = 'שלום עולם, זו תשובה ארוכה. '.repeat(40).slice(0, 1024);
+    let reply = '';
+    const frames: Array<'ltr' | 'rtl' | undefined> = [];
+    while (reply.length < 40 * 1024) {
+      reply += chunk;
+      frames.push(directionOf(reply));
+    }
+    for (let i = 0; i < 20; i++) {
+      reply += 'English words after it. '.repeat(40);
+      frames.push(directionOf(reply));
+    }
+    expect(new Set(frames)).toEqual(new Set(['rtl']));
+    expect(markdownDirection(reply)).toBe('rtl');
+    // Read at each frame while shorter than what is read of it, and once when it got there: never after.
+    expect(calls).toBe(Math.ceil(MARKDOWN_READ_CHARS / 1024));
+    // Another text (the reply edited, another version shown) is read again, and its own direction kept.
+    expect(directionOf(`${'Hello there. '.repeat(2000)}`)).toBe('ltr');
+    expect(calls).toBe(Math.ceil(MARKDOWN_READ_CHARS / 1024) + 1);
+    expect(directionOf(`${'Hello there. '.repeat(2000)}and more`)).toBe('ltr');
+    expect(calls).toBe(Math.ceil(MARKDOWN_READ_CHARS / 1024) + 1);
+    // Short again: read each time.
+    expect(directionOf('שלום')).toBe('rtl');
+    expect(directionOf('שלום עולם')).toBe('rtl');
+    expect(calls).toBe(Math.ceil(MARKDOWN_READ_CHARS / 1024) + 3);
+  });
+});
 
 describe('setDirections', () => {
   it('gives each block its direction, and code and math left to right', () => {

@@ -104,6 +104,23 @@ describe('two kvdesks on one data folder', () => {
     expect(await a2.getSettings()).toEqual({ theme: 'light' });
     expect(heard).toEqual([{ theme: 'light' }]);
   });
+
+  it('two pages of one kvdesk saving different fields at once keep both: each save writes the fields it names changed', async () => {
+    const { s, file } = store();
+    await s.saveSettings({ theme: 'dark', inspectorOpen: true, lastThreadId: 't1' });
+    // Both pages hold these; one hides its inspector, the other opens another chat, at the same moment.
+    const held = await s.getSettings();
+    await Promise.all([
+      s.saveSettings({ ...held, inspectorOpen: false, changed: ['inspectorOpen'] }),
+      s.saveSettings({ ...held, lastThreadId: 't2', changed: ['lastThreadId'] }),
+    ]);
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ theme: 'dark', inspectorOpen: false, lastThreadId: 't2' });
+    // A field named changed and absent is removed (the theme back to the OS's); one not named stays as it is.
+    expect(await s.saveSettings({ inspectorOpen: true, changed: ['theme'] })).toEqual({
+      inspectorOpen: false,
+      lastThreadId: 't2',
+    });
+  });
 });
 
 describe('settings.json that cannot be read', () => {

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -55,6 +55,29 @@ describe('ThreadStore', () => {
     await expect(new ThreadStore(dir).save({ ...thread('t9', 'f'), revision: 3 }, 'page-a')).rejects.toMatchObject({
       code: 'SAVE_CONFLICT',
     });
+  });
+
+  it('a delete refused (its note cannot be written) leaves the chat as the store knew it: listed, found, its size known', async () => {
+    const { s, dir } = store();
+    await s.save({
+      ...thread('t5', 'kept'),
+      messages: [{ id: 'm1', role: 'user', content: 'hello there', createdAt: 1 }],
+    });
+    await s.list();
+    const bytes = s.bytesOf('t5');
+    expect(bytes).toBeGreaterThan(0);
+    // A folder where deleted-threads.json goes: the delete is refused, the file stays.
+    mkdirSync(path.join(dir, DELETED_FILE));
+    writeFileSync(path.join(dir, DELETED_FILE, 'keep'), 'x');
+    await expect(s.delete('t5')).rejects.toThrow(path.join(dir, DELETED_FILE));
+    expect(s.bytesOf('t5')).toBe(bytes);
+    expect((await s.list()).map((t) => t.id)).toEqual(['t5']);
+    expect(await s.search('hello')).toEqual(['t5']);
+    // Deleted once it can be noted.
+    rmSync(path.join(dir, DELETED_FILE), { recursive: true });
+    await s.delete('t5');
+    expect(s.bytesOf('t5')).toBe(0);
+    expect(await s.list()).toEqual([]);
   });
 
   it('a delete issued after a save stays deleted', async () => {
