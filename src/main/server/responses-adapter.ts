@@ -64,6 +64,8 @@ const REFUSED: ReadonlyArray<[string, string]> = [
 
 function refuseUnsupported(body: Body): void {
   for (const [key, why] of REFUSED) {
+    // No alternatives asked for: what clients that always send the field send (OpenAI takes 0–20).
+    if (key === 'top_logprobs' && body.top_logprobs === 0) continue;
     if (present(body, key)) throw bad(`"${key}" is not supported: ${why}.`, key);
   }
   if (body.background === true)

@@ -207,6 +207,8 @@ describe('POST /v1/responses', () => {
       max_output_tokens: 2,
       store: false,
       include: ['reasoning.encrypted_content'],
+      // No alternatives asked for (clients that always send the field send 0): taken as left out.
+      top_logprobs: 0,
     });
     expect(r.status).toBe('incomplete');
     expect(r.usage?.output_tokens).toBe(2);
@@ -231,6 +233,7 @@ describe('POST /v1/responses', () => {
         'input[1].arguments',
       ],
       [{ max_tool_calls: 1 }, 'max_tool_calls'],
+      [{ top_logprobs: 2 }, 'top_logprobs'],
       [{ include: ['reasoning.encrypted_content', 'message.output_text.logprobs'] }, 'include[1]'],
       [
         {
