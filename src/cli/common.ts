@@ -294,7 +294,8 @@ export const libraryLog = (line: string): void => {
 
 /**
  * A package folder, or the id of a library package (as `ollama run NAME` takes a name): a path that exists is
- * the folder; otherwise the library's package with that id (each folder has its own), or, for a name such as
+ * the folder; otherwise the library's package with that id (each folder has its own; `id:latest`, Ollama's default
+ * tag, is the id, and another tag is refused saying what to give instead), or, for a name such as
  * `owner/name`, `hf.co/owner/name:variant`, the one pulled from the hub under it (as the server's Ollama routes
  * resolve it: `kvdesk pull X` then `kvdesk chat X`).
  */
@@ -316,10 +317,13 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   const dataDir = dataDirOf(dataDirFlag);
   const library = await ModelLibrary.open(dataDir, { log: libraryLog });
   const present = library.list().filter((e) => !e.missing && existsSync(e.root));
-  const entry = present.find((e) => sameId(e.id, arg));
+  // Ollama's default tag (`ollama run smollm:latest`) is the id itself, as the server's Ollama routes take it
+  // (resolveModel): an id has no `:` (slugify), so `name:latest` is never another package's id.
+  const id = arg.endsWith(':latest') ? arg.slice(0, -':latest'.length) : arg;
+  const entry = present.find((e) => sameId(e.id, id));
   if (entry) return entry.root;
   // In the library, but its folder has gone (moved, deleted): said so, as `kvdesk list` says it is missing.
-  const gone = library.list().find((e) => sameId(e.id, arg));
+  const gone = library.list().find((e) => sameId(e.id, id));
   if (gone) {
     throw new KvdeskError(
       'BAD_REQUEST',
@@ -328,6 +332,14 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
     );
   }
   const known = [...new Set(present.map((e) => e.id))].join(', ') || 'none';
+  const tag = /^([^:]+):([^:]+)$/.exec(id);
+  if (tag) {
+    // Another Ollama tag (`smollm:7b`): a library package has no tags; a hub package's variant is named with its repo.
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `there is no package folder "${arg}", and library ids take no tag: give the id alone ("${tag[1]}"; \`:latest\` may follow it, as Ollama's default tag), or a package pulled from the hub as owner/name:${tag[2]} or hf.co/owner/name:${tag[2]} (the library at ${dataDir} has: ${known}; \`kvdesk list\` shows them)`,
+    );
+  }
   throw new KvdeskError(
     'BAD_REQUEST',
     `there is no package folder "${arg}", and no package of that id in the library at ${dataDir} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,

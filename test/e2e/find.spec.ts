@@ -124,3 +124,52 @@ test('Ctrl+F finds a word in the whole thread, goes through it, and closes', asy
     ),
   ).toBe(0);
 });
+
+test('Ctrl+F finds an accent however it was typed, as the chat list does, and marks the text as written', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  const id = `t-find-accent-${now}`;
+  const contents = ['Le caf\u00e9, le CAF\u00c9.', 'Un cafe\u0301 noir, \u0130\u0130 \u0130stanbul.', 'a cafe, plain'];
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Accents',
+    createdAt: now,
+    updatedAt: now,
+    messages: contents.map((content, i) => ({
+      id: `m${i}`,
+      role: i % 2 === 0 ? 'user' : 'assistant',
+      content,
+      createdAt: now + i,
+    })),
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  await expect(app.getByTestId('message-user').last()).toContainText('plain');
+
+  await app.keyboard.press('Control+f');
+  const input = app.getByTestId('find-input');
+  const count = app.getByTestId('find-count');
+  // Typed decomposed (e + U+0301): the composed ones are found too, each marked on its own characters.
+  await input.fill('cafe\u0301');
+  await expect(count).toHaveText('3 / 3');
+  await expect.poll(() => currentMark(app)).toMatchObject({ text: 'cafe\u0301', messageId: 'm1' });
+  await input.press('Shift+Enter');
+  await expect(count).toHaveText('2 / 3');
+  await expect.poll(() => currentMark(app)).toMatchObject({ text: 'CAF\u00c9', messageId: 'm0' });
+  await input.press('Shift+Enter');
+  await expect.poll(() => currentMark(app)).toMatchObject({ text: 'caf\u00e9', messageId: 'm0' });
+  // Typed composed: the decomposed one is found; a word without the accent is another word, as in the list.
+  await input.fill('f\u00e9 noir');
+  await expect(count).toHaveText('1 / 1');
+  await expect.poll(() => currentMark(app)).toMatchObject({ text: 'fe\u0301 noir', messageId: 'm1' });
+  await input.fill('cafe');
+  await expect(count).toHaveText('1 / 1');
+  await expect.poll(() => currentMark(app)).toMatchObject({ text: 'cafe', messageId: 'm2' });
+  // After characters whose lower case is longer (İ lowers to i + U+0307), the mark is still on the word.
+  await input.fill('stanbul');
+  await expect(count).toHaveText('1 / 1');
+  await expect.poll(() => currentMark(app)).toMatchObject({ text: 'stanbul', messageId: 'm1' });
+});

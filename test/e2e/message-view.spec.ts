@@ -141,6 +141,15 @@ test('a reply names the model that wrote it (after a reload too); one from an ol
   const model = reply.getByTestId('message-model');
   await expect(model).toHaveText(picked.split(/\s+[·(]/)[0] ?? picked);
   await expect(model).toHaveAttribute('data-model-id', modelId);
+  // Its tooltip sets each name apart (U+2068 … U+2069), as <bdi> does in the page: a Hebrew or Arabic name keeps
+  // its place in the English sentence.
+  const shown = (await model.textContent()) ?? '';
+  await expect(model).toHaveAttribute(
+    'title',
+    shown === modelId
+      ? `Written by \u2068${modelId}\u2069`
+      : `Written by \u2068${shown}\u2069 (\u2068${modelId}\u2069)`,
+  );
   await expect(reply.getByTestId('message-stats')).toContainText(/^.+ · ttft /);
   await app.reload();
   await expect(lastReply(app).getByTestId('message-model')).toHaveAttribute('data-model-id', modelId);

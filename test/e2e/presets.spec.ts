@@ -35,6 +35,8 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await page.getByTestId('preset-name').fill('Pirate');
   await page.getByTestId('preset-save').click();
   await expect(page.getByTestId('preset-ask')).toContainText('Replace preset “Pirate” with these settings?');
+  // The name is set apart from the sentence (a Hebrew or Arabic one takes none of its punctuation).
+  await expect(page.getByTestId('preset-ask').locator('bdi')).toHaveText('Pirate');
   // The question has the focus, on its safe answer; Esc answers no too.
   await expect(page.getByTestId('preset-ask-cancel')).toBeFocused();
   await page.keyboard.press('Escape');
@@ -97,6 +99,7 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   // Deleting asks once more.
   await page.getByTestId('preset-delete').click();
   await expect(page.getByTestId('preset-ask')).toContainText('Delete preset “Pirate”?');
+  await expect(page.getByTestId('preset-ask').locator('bdi')).toHaveText('Pirate');
   await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(1);
   await page.getByTestId('preset-delete-confirm').click();
   await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(0);
@@ -148,6 +151,11 @@ test('a new chat says whose settings it took, and starts from the defaults in on
   expect(id).not.toBe(from);
   await expect(page.getByTestId('settings-summary')).toContainText('temp 1.5');
   await expect(page.getByTestId('carried-settings')).toHaveText(`· from “${fromTitle}”use the defaults`);
+  // Its tooltip sets the title apart (U+2068 … U+2069), as the <bdi> does on the page.
+  await expect(page.getByTestId('carried-settings').locator('.from')).toHaveAttribute(
+    'title',
+    `This new chat took the settings of “\u2068${fromTitle}\u2069”`,
+  );
   // Open settings show the defaults at once after the click, and the chat is still the untouched one New chat opens.
   await openSettings(page);
   await expect(page.getByTestId('setting-temperature')).toHaveValue('1.5');

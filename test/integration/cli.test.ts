@@ -695,11 +695,26 @@ describe('CLI on the generated default model', () => {
       const byId = await kvdesk('generate', 'lib-model', '--data-dir', dataDir, ...args);
       expect(byId.code, byId.stderr).toBe(0);
       expect(byId.json.tokenIds).toEqual((await kvdesk('generate', mine, ...args)).json.tokenIds);
+      // Ollama's default tag, as `ollama run NAME:latest` takes it and the server's Ollama routes do: the id itself.
+      const tagged = await kvdesk('generate', 'lib-model:latest', '--data-dir', dataDir, ...args);
+      expect(tagged.code, tagged.stderr).toBe(0);
+      expect(tagged.json.tokenIds).toEqual(byId.json.tokenIds);
+      // Another tag is no id: said so, with what kvdesk takes instead.
+      const otherTag = await kvdesk('inspect', 'lib-model:7b', '--data-dir', dataDir, '--json');
+      expect(otherTag.code).toBe(2);
+      expect((otherTag.json.error as Record<string, unknown>).message).toBe(
+        `there is no package folder "lib-model:7b", and library ids take no tag: give the id alone ("lib-model"; \`:latest\` may follow it, as Ollama's default tag), or a package pulled from the hub as owner/name:7b or hf.co/owner/name:7b (the library at ${dataDir} has: lib-model; \`kvdesk list\` shows them)`,
+      );
       // One whose folder has gone is said so (not "no package of that id… it has: gone-model"), with what to do.
       const missing = await kvdesk('generate', 'gone-model', '--data-dir', dataDir, ...args);
       expect(missing.code).toBe(2);
       expect((missing.json.error as Record<string, unknown>).message).toBe(
         `there is no package folder "gone-model", and the library's package of that id was at ${gone}, which is not there any more: put that folder back, or give another package (\`kvdesk list\` shows the library; Forget on its row in kvdesk serve's window takes it out)`,
+      );
+      const goneTagged = await kvdesk('generate', 'gone-model:latest', '--data-dir', dataDir, ...args);
+      expect(goneTagged.code).toBe(2);
+      expect((goneTagged.json.error as Record<string, unknown>).message).toContain(
+        `the library's package of that id was at ${gone}, which is not there any more`,
       );
       // An id it has not: the ids it has that load.
       const unknown = await kvdesk('generate', 'no-such-model', '--data-dir', dataDir, ...args);

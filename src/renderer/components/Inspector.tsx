@@ -19,6 +19,7 @@ import type {
 } from '../../shared/scheduler-types';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { OVER_LIMIT_EFFECT } from '../lib/budget-segments';
+import { isolated } from '../lib/direction';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
@@ -513,7 +514,7 @@ function RequestRow({
                 position {wait.position + 1} ·{' '}
                 <span
                   data-testid="request-held"
-                  title={`${r.modelId} is loading again: the queue waits for it, whatever the budget`}
+                  title={`${isolated(r.modelId)} is loading again: the queue waits for it, whatever the budget`}
                 >
                   for {r.modelId} to load again
                 </span>
@@ -713,7 +714,7 @@ function WhoCell({
       <div className={`ellipsis${gone ? ' muted' : ''}`} data-testid="request-chat">
         {title ?? (threadId ? (gone ? 'deleted chat' : threadId.slice(0, 8)) : '—')}
       </div>
-      <div className="sub mono" dir="ltr" data-testid="request-id" title={`${id} · ${modelId}`}>
+      <div className="sub mono" dir="ltr" data-testid="request-id" title={`${id} · ${isolated(modelId)}`}>
         {id.slice(0, 6)}
         {showModel && <span data-testid="request-model"> · {modelId}</span>}
       </div>
@@ -738,7 +739,7 @@ function ReloadWaitRow({
       data-testid="request-row"
       data-request-id={w.requestId}
       data-state="reload-wait"
-      title={`${w.requestId}: sent while ${w.modelId} loads again; it reserves nothing until that load is in, then it is admitted as if sent then`}
+      title={`${w.requestId}: sent while ${isolated(w.modelId)} loads again; it reserves nothing until that load is in, then it is admitted as if sent then`}
     >
       <WhoCell id={w.requestId} threadId={w.threadId} modelId={w.modelId} title={title} showModel={showModel} />
       {several && <td className="mono">—</td>}
@@ -901,7 +902,11 @@ export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
                   data-session-id={s.sessionId}
                   data-held-bytes={s.heldBytes}
                 >
-                  <td className="thread" dir="auto" title={`${name} (${s.sessionId} · ${s.modelId})`}>
+                  <td
+                    className="thread"
+                    dir="auto"
+                    title={`${isolated(name)} (${s.sessionId} · ${isolated(s.modelId)})`}
+                  >
                     {name}
                     {cache && (
                       // One prompt cache from another: its id's first characters, and its model.
@@ -978,7 +983,7 @@ function promptCacheShortId(sessionId: string): string {
  */
 function sessionName(sessionId: string, titles?: ReadonlyMap<string, string>): string {
   const title = titles?.get(sessionId);
-  if (title !== undefined) return `chat “\u2068${title}\u2069”`;
+  if (title !== undefined) return `chat “${isolated(title)}”`;
   if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) return `API prompt cache ${promptCacheShortId(sessionId)}`;
   return `session ${sessionId.slice(0, 10)}`;
 }

@@ -9,7 +9,7 @@ import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes } from '../lib/attachments';
 import { busyElsewhere } from '../lib/busy-elsewhere';
-import { directionKeeper, textDirection } from '../lib/direction';
+import { directionKeeper, isolated, textDirection } from '../lib/direction';
 import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
@@ -50,7 +50,9 @@ function StatsLine({
     <span
       data-testid="message-model"
       data-model-id={writtenBy.map((m) => m.id).join(' ')}
-      title={`Written by ${writtenBy.map((m) => (m.name && m.name !== m.id ? `${m.name} (${m.id})` : m.id)).join(', then ')}`}
+      title={`Written by ${writtenBy
+        .map((m) => (m.name && m.name !== m.id ? `${isolated(m.name)} (${isolated(m.id)})` : isolated(m.id)))
+        .join(', then ')}`}
     >
       {writtenBy.map((m) => m.name ?? m.id).join(' + ')}
     </span>
@@ -468,7 +470,7 @@ function ToolCalls({ message, threadId, live }: { message: StoredMessage; thread
                       type="button"
                       className="small"
                       data-testid="tool-always"
-                      title={`Run it, and from now on every call of ${route.tool} in this chat without asking`}
+                      title={`Run it, and from now on every call of ${isolated(route.tool)} in this chat without asking`}
                       onClick={() => void bridge.alwaysRunTool(threadId, message.id, call.id)}
                     >
                       Always

@@ -321,9 +321,16 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           }}
         >
           <span>
-            {asking.kind === 'replace'
-              ? `Replace preset “${asking.name}” with these settings?`
-              : `Delete preset “${asking.name}”? (Chats keep the settings it gave them.)`}
+            {asking.kind === 'replace' ? (
+              // The name set apart: a Hebrew or Arabic one takes none of the sentence's punctuation.
+              <>
+                Replace preset “<bdi>{asking.name}</bdi>” with these settings?
+              </>
+            ) : (
+              <>
+                Delete preset “<bdi>{asking.name}</bdi>”? (Chats keep the settings it gave them.)
+              </>
+            )}
           </span>
           <button
             type="button"

@@ -2,16 +2,17 @@
  * The marks of a find (lib/find.ts) on the messages on screen, with the CSS Custom Highlight API: no change to the
  * page's nodes (React owns them), the current occurrence in its own colour (styles.css's ::highlight rules).
  */
-import { type FindMatch, queryPattern } from '../lib/find';
+import { placedSearchForm } from '../../shared/text';
+import { type FindMatch, occurrences, queryForm } from '../lib/find';
 
 /**
- * The ranges of `query` (case aside) in an element's text as a person reads it: its text nodes one after the other
- * (an occurrence may span several: emphasis, a highlighted code token), without what is not read as the text
- * (KaTeX's MathML copy of a formula, buttons).
+ * The ranges of `query` (case and Unicode's form aside, as lib/find.ts counts them) in an element's text as a
+ * person reads it: its text nodes one after the other (an occurrence may span several: emphasis, a highlighted code
+ * token), without what is not read as the text (KaTeX's MathML copy of a formula, buttons).
  */
 export function rangesIn(el: Element, query: string): Range[] {
-  const pattern = queryPattern(query);
-  if (!pattern) return [];
+  const word = queryForm(query);
+  if (!word) return [];
   const doc = el.ownerDocument;
   const nodes: Text[] = [];
   const starts: number[] = [];
@@ -37,11 +38,13 @@ export function rangesIn(el: Element, query: string): Range[] {
     return [nodes[lo] as Text, pos - (starts[lo] as number)];
   };
   const ranges: Range[] = [];
-  for (const m of text.matchAll(pattern)) {
-    if (!m[0]) continue;
+  // Found in the search form, marked on the text's own characters (the form's places mapped back).
+  const form = placedSearchForm(text);
+  for (const found of occurrences(form.text, word)) {
+    const [from, to] = form.place(found, found + word.length);
     const r = doc.createRange();
-    r.setStart(...at(m.index));
-    r.setEnd(...at(m.index + m[0].length));
+    r.setStart(...at(from));
+    r.setEnd(...at(to));
     ranges.push(r);
   }
   return ranges;

@@ -118,3 +118,12 @@ export function setDirections(node: DirNode): void {
 export function rehypeDirection() {
   return (tree: DirNode) => setDirections(tree);
 }
+
+/**
+ * A name a person chose (a chat's title, a model's, a preset's, a tool's) set apart in a plain string such as a
+ * `title=` tooltip, where no <bdi> can go: between U+2068 FIRST STRONG ISOLATE and U+2069 POP DIRECTIONAL ISOLATE,
+ * so a Hebrew or Arabic name keeps its place in the English sentence around it and takes none of its punctuation.
+ */
+export function isolated(name: string): string {
+  return `\u2068${name}\u2069`;
+}

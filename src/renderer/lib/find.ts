@@ -9,6 +9,7 @@
  * is counted but not marked.
  */
 import type { StoredMessage } from '../../shared/api';
+import { searchForm } from '../../shared/text';
 
 /** One occurrence: the message (its place in the thread and its id), and which of that message's it is. */
 export interface FindMatch {
@@ -21,23 +22,43 @@ export interface FindMatch {
 export const MAX_MATCHES = 10_000;
 
 /**
- * The pattern of `query`: its characters as they are, case aside (Unicode's simple case folding, which keeps
- * every text's length: positions found are positions in the text itself); null for a blank query.
+ * Where `word` occurs in `text`, both in their search form (shared/text.ts's searchForm: lower case, NFC), the
+ * occurrences not overlapping: the chat list's search and the find compare text alike, so an accent typed composed
+ * or decomposed finds the other.
  */
-export function queryPattern(query: string): RegExp | null {
-  if (!query.trim()) return null;
-  return new RegExp(query.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'giu');
+export function* occurrences(text: string, word: string): Generator<number> {
+  if (!word) return;
+  for (let at = text.indexOf(word); at !== -1; at = text.indexOf(word, at + word.length)) yield at;
 }
 
-/** Every occurrence of `query` (case aside) in the messages' text, in reading order. */
+/** The search form of `query` (what the find looks for); null for a blank query. */
+export function queryForm(query: string): string | null {
+  return query.trim() ? searchForm(query) : null;
+}
+
+/**
+ * A message's text in search's form, kept while the message object is unchanged (as the chat list's haystacks):
+ * each key typed in the find reads the thread's text once, not lower-cased and composed again.
+ */
+const forms = new WeakMap<StoredMessage, string>();
+function contentForm(m: StoredMessage): string {
+  let form = forms.get(m);
+  if (form === undefined) {
+    form = searchForm(m.content);
+    forms.set(m, form);
+  }
+  return form;
+}
+
+/** Every occurrence of `query` (case and Unicode's form aside) in the messages' text, in reading order. */
 export function findMatches(messages: readonly StoredMessage[], query: string): FindMatch[] {
-  const pattern = queryPattern(query);
-  if (!pattern) return [];
+  const word = queryForm(query);
+  if (!word) return [];
   const out: FindMatch[] = [];
   for (const [index, m] of messages.entries()) {
     if (m.role === 'system') continue;
     let nth = 0;
-    for (const _ of m.content.matchAll(pattern)) {
+    for (const _ of occurrences(contentForm(m), word)) {
       if (out.length === MAX_MATCHES) return out;
       out.push({ index, messageId: m.id, nth: nth++ });
     }

@@ -44,6 +44,20 @@ describe('findMatches', () => {
     expect(findMatches([msg('a', 'ÉCOLE école')], 'école')).toHaveLength(2);
   });
 
+  it('finds an accent however it was typed, as the chat list search does (searchForm: lower case, NFC)', () => {
+    const thread = [
+      msg('composed', 'Le caf\u00e9 est CAF\u00c9.'),
+      msg('decomposed', 'un cafe\u0301'),
+      msg('plain', 'cafe'),
+    ];
+    const ids = (q: string) => findMatches(thread, q).map((f) => f.messageId);
+    expect(ids('cafe\u0301')).toEqual(['composed', 'composed', 'decomposed']);
+    expect(ids('caf\u00e9')).toEqual(['composed', 'composed', 'decomposed']);
+    expect(ids('CAF\u00c9')).toEqual(['composed', 'composed', 'decomposed']);
+    // As in the list: a letter without its accent is another letter.
+    expect(ids('cafe')).toEqual(['plain']);
+  });
+
   it('agrees with a plain count of the lower-cased text (any ASCII text, any word)', () => {
     const ascii = (max: number) => fc.string({ unit: fc.constantFrom(...'aAbB .*$\\('), maxLength: max });
     fc.assert(

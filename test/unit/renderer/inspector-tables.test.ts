@@ -73,9 +73,14 @@ describe('Sessions', () => {
       [{ id: 't-a', title: 'A' }],
     );
     expect(rowIds(html)).toEqual(['t-a', 't-b']);
-    // A chat's session is named by its title; another by its id.
-    expect(html).toMatch(/data-session-id="t-a"[^>]*><td class="thread" dir="auto" title="A \(t-a · default\)">A</);
-    expect(html).toMatch(/data-session-id="t-b"[^>]*><td class="thread" dir="auto" title="t-b \(t-b · default\)">t-b</);
+    // A chat's session is named by its title; another by its id. In the tooltip, the names are set apart (U+2068 …
+    // U+2069): a Hebrew or Arabic title keeps its place in the line.
+    expect(html).toMatch(
+      /data-session-id="t-a"[^>]*><td class="thread" dir="auto" title="\u2068A\u2069 \(t-a · \u2068default\u2069\)">A</,
+    );
+    expect(html).toMatch(
+      /data-session-id="t-b"[^>]*><td class="thread" dir="auto" title="\u2068t-b\u2069 \(t-b · \u2068default\u2069\)">t-b</,
+    );
     expect(html).not.toContain('data-testid="sessions-not-shown"');
   });
 

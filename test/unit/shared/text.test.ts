@@ -12,7 +12,7 @@ import { importedTitle, parseThreadImport } from '../../../src/renderer/lib/thre
 import { createAppStore } from '../../../src/renderer/store';
 import { titleFrom } from '../../../src/renderer/store/chat-slice';
 import { Thread, ThreadFields } from '../../../src/shared/api';
-import { cutText, searchForm } from '../../../src/shared/text';
+import { cutText, placedSearchForm, searchForm } from '../../../src/shared/text';
 
 /** A lone surrogate: half of a character outside the BMP (the u flag matches a surrogate only when it is alone). */
 const LONE = /[\uD800-\uDFFF]/u;
@@ -153,5 +153,48 @@ describe('searchForm', () => {
     for (const text of ['\u1100\u1161', '\u2126', 'a\u0308']) {
       expect(searchForm(text)).toBe(text.toLowerCase().normalize('NFC'));
     }
+  });
+});
+
+describe('placedSearchForm', () => {
+  /** The original text under each occurrence of `word`'s search form in `text`'s. */
+  const marked = (text: string, word: string) => {
+    const form = placedSearchForm(text);
+    const w = searchForm(word);
+    const out: string[] = [];
+    for (let at = form.text.indexOf(w); at !== -1; at = form.text.indexOf(w, at + w.length)) {
+      const [from, to] = form.place(at, at + w.length);
+      out.push(text.slice(from, to));
+    }
+    return out;
+  };
+
+  it('is searchForm, and marks the original characters where folding changed lengths', () => {
+    expect(marked('Le caf\u00e9, un cafe\u0301 !', 'CAFE\u0301')).toEqual(['caf\u00e9', 'cafe\u0301']);
+    expect(marked('x cafe\u0301 y', 'f\u00e9')).toEqual(['fe\u0301']);
+    expect(marked('\u0130\u0130 \u0130stanbul bul', 'bul')).toEqual(['bul', 'bul']);
+    expect(marked('\u0130\u0130 \u0130stanbul', 'stan')).toEqual(['stan']);
+    // A part of a folded character finds the whole character.
+    expect(marked('\u0130x', 'i')).toEqual(['\u0130']);
+    expect(marked('\u039f\u0394\u039f\u03a3 \u0391', '\u03bf\u03b4\u03bf\u03c2')).toEqual(['\u039f\u0394\u039f\u03a3']);
+    expect(marked('\u{1F600}a\u0301 \u1100\u1161\u11a8!', '\u00e1')).toEqual(['a\u0301']);
+    expect(marked('\u{1F600}a\u0301 \u1100\u1161\u11a8!', '\uac01!')).toEqual(['\u1100\u1161\u11a8!']);
+  });
+
+  it('is searchForm of any text, and a place of one unit maps inside the text', () => {
+    const unit = fc.constantFrom(...Array.from('aAe\u00e9\u00c9\u0301\u0130\u03a3 \u1100\u1161\u11a8\u{1F600}\u0323\u212b\u0b15\u0b47\u0b3e\u03c3'));
+    fc.assert(
+      fc.property(
+        fc.array(unit, { maxLength: 30 }).map((u) => u.join('')),
+        (text) => {
+          const form = placedSearchForm(text);
+          expect(form.text).toBe(searchForm(text));
+          for (let i = 0; i < form.text.length; i++) {
+            const [from, to] = form.place(i, i + 1);
+            expect(0 <= from && from < to && to <= text.length).toBe(true);
+          }
+        },
+      ),
+    );
   });
 });
