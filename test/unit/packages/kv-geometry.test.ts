@@ -139,6 +139,19 @@ describe('buildDynamicKv geometry', () => {
     );
   });
 
+  it('refuses a fixed head count or head size of zero', () => {
+    for (const past of [
+      ['batch', 0, 'past', 64],
+      ['batch', 4, 'past', 0],
+      ['batch', 'seq', 0],
+    ]) {
+      expect(() => kvOf(past), JSON.stringify(past)).toThrow(KvdeskError);
+      expect(() => kvOf(past), JSON.stringify(past)).toThrow(
+        /model.onnx input "k" has shape \[.*\]; a head count or head size is zero/,
+      );
+    }
+  });
+
   it('refuses a symbolic width with no config', () => {
     expect(() => kvOf(['batch', 'seq', 'w'])).toThrow(/several axes are symbolic|width axis is symbolic/);
   });
@@ -178,6 +191,23 @@ describe('buildStaticKv', () => {
     expect(s.numLayers).toBe(2);
     // 4 tensors × (4 heads × 16) × 2 bytes
     expect(s.bpt).toBe(4 * 64 * 2);
+  });
+
+  it('counts a float32 cache at 4 bytes an element', () => {
+    const flat = ['batch', 96, 24];
+    const f32 = graph(
+      [
+        port('wi', ['batch'], T.i32),
+        port('len', ['batch'], T.i32),
+        ...['k0', 'k1', 'v0', 'v1'].map((n) => port(n, flat, T.f32)),
+      ],
+      ['k0o', 'k1o', 'v0o', 'v1o'].map((n) => port(n, flat, T.f32)),
+    );
+    const s = buildStaticKv(f32, ref);
+    expect(s.cache).toMatchObject({ seqAxis: 1, dtype: 'float32', shape: flat });
+    expect(s.capacity).toBe(96);
+    // 4 tensors × 24 wide × 4 bytes
+    expect(s.bpt).toBe(4 * 24 * 4);
   });
 
   it('refuses lists of different lengths, naming the field', () => {

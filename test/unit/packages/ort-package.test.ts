@@ -514,6 +514,14 @@ describe('ORT model package: refusals', () => {
     const err = await refusal(loadModelSpec(dir), { file: 'manifest.json', field: 'schema_version' });
     expect(err.message).toContain('major version 2');
     expect(err.message).toContain('major version 1 only');
+    // An older major is refused as surely as a newer one: major 0 (written as text or as a number).
+    for (const old of ['0.9', 0]) {
+      const older = await refusal(loadModelSpec(await ortPackage({ manifest: { schema_version: old } })), {
+        file: 'manifest.json',
+        field: 'schema_version',
+      });
+      expect(older.message, String(old)).toContain('major version 0');
+    }
     // minors are additive and accepted
     expect(
       (await loadModelSpec(await ortPackage({ manifest: { schema_version: '1.7' } }))).packageInfo?.schemaVersion,

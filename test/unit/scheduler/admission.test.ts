@@ -190,6 +190,36 @@ describe('admission: capping', () => {
     expect(t.scheduler.snapshot().queue.map((r) => r.id)).toEqual(['next']);
   });
 
+  it('does not cap a head beside running work while one waits behind it, though it never fits whole', () => {
+    // 1 B/token: A holds 600 of 1000; H's full reservation (10 + 2000) exceeds the whole budget.
+    const t = createTestScheduler({ limit: 1000 });
+    t.submit(req({ id: 'A', bpt: 1, prompt: 100, max: 500, context: 4096 }));
+    t.scheduler.reconfigure({ maxRunning: 1 }); // hold H and J in the queue
+    t.submit(req({ id: 'H', bpt: 1, prompt: 10, max: 2000, context: 4096 }));
+    t.submit(req({ id: 'J', bpt: 1, prompt: 10, max: 10, context: 4096 }));
+    t.scheduler.reconfigure({ maxRunning: 4 });
+    // 400 free would take H's minimum (11), but J is behind it: H waits for A.
+    expect(t.scheduler.snapshot().queue.map((r) => r.id)).toEqual(['H', 'J']);
+    expect(t.ofType('admitted').filter((e) => e.budgetCap !== undefined)).toEqual([]);
+    expect(t.grants.has('H')).toBe(false);
+    t.scheduler.finish('A', 'eos');
+    // Nothing runs now: H takes the whole budget, capped to 990 tokens; J waits for it.
+    expect(t.grants.get('H')).toMatchObject({ admittedMaxTokens: 990, reservedBytes: 1000 });
+    expect(t.grants.get('H')?.budgetCap).toMatchObject({ requestedMaxTokens: 2000, admittedMaxTokens: 990 });
+    expect(t.scheduler.snapshot().queue.map((r) => r.id)).toEqual(['J']);
+  });
+
+  it('does not cap a head whose full reservation equals the whole budget: it waits and runs whole', () => {
+    const t = createTestScheduler({ limit: 1000 });
+    t.submit(req({ id: 'A', bpt: 1, prompt: 100, max: 500, context: 4096 })); // 600, 400 left
+    t.submit(req({ id: 'H', bpt: 1, prompt: 10, max: 990, context: 4096 })); // full 1000 = the budget
+    expect(t.grants.has('H')).toBe(false);
+    expect(t.scheduler.snapshot().queue.map((r) => r.id)).toEqual(['H']);
+    t.scheduler.finish('A', 'eos');
+    expect(t.grants.get('H')).toMatchObject({ admittedMaxTokens: 990, reservedBytes: 1000 });
+    expect(t.grants.get('H')?.budgetCap).toBeUndefined();
+  });
+
   it('does not cap below the minimum: the head waits', () => {
     const t = createTestScheduler({ limit: 1920 });
     t.submit(req({ id: 'a' })); // 1408, 512 left

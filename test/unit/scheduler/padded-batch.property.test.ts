@@ -106,6 +106,20 @@ function run(limit: number, actions: Action[]): void {
     if (snap.running.length === 0) expect(snap.queue).toEqual([]);
   };
 
+  /**
+   * Ends `id` with `end` and checks what it gave back: a running request returns its own reservation plus the
+   * padding it was charged at that moment (the view just before the end), in the return value and in its one
+   * `released` event; a queued one returns 0 and is never released.
+   */
+  const endChecked = (id: string, end: () => number) => {
+    const view = s.snapshot().running.find((v) => v.id === id);
+    const grant = grants.get(id);
+    const want = view === undefined ? 0 : (grant as AdmissionGrant).reservedBytes + (view.paddingBytes ?? 0);
+    expect(end(), `${id} returned`).toBe(want);
+    const released = events.filter((e) => e.type === 'released' && e.requestId === id);
+    expect(released, `${id} released`).toEqual(view === undefined ? [] : [expect.objectContaining({ bytes: want })]);
+  };
+
   for (const a of actions) {
     const snap = s.snapshot();
     if (a.kind === 'submit') {
@@ -138,21 +152,21 @@ function run(limit: number, actions: Action[]): void {
           generated.set(v.id, done + 1);
           s.progress(v.id, { generatedTokens: done + 1, usedBytes: v.rows * (v.promptTokens + done + 1) * v.bpt });
         } else {
-          s.finish(v.id, 'length');
+          endChecked(v.id, () => s.finish(v.id, 'length'));
           generated.delete(v.id);
         }
       }
     } else if (a.kind === 'end') {
       const v = snap.running[a.index % Math.max(1, snap.running.length)];
       if (v !== undefined) {
-        s.finish(v.id, 'eos');
+        endChecked(v.id, () => s.finish(v.id, 'eos'));
         generated.delete(v.id);
       }
     } else {
       const all = [...snap.running, ...snap.queue];
       const v = all[a.index % Math.max(1, all.length)];
       if (v !== undefined) {
-        s.cancel(v.id, 'user');
+        endChecked(v.id, () => s.cancel(v.id, 'user'));
         generated.delete(v.id);
       }
     }
@@ -165,7 +179,7 @@ function run(limit: number, actions: Action[]): void {
     expect(e.admittedMaxTokens).toBeGreaterThanOrEqual(1);
   }
   // Everything ends: nothing stays reserved, and every admission was released once with what it held then.
-  for (const v of [...s.snapshot().running, ...s.snapshot().queue]) s.cancel(v.id, 'user');
+  for (const v of [...s.snapshot().running, ...s.snapshot().queue]) endChecked(v.id, () => s.cancel(v.id, 'user'));
   const end = s.snapshot();
   expect(end.reservedBytes).toBe(0);
   const admitted = events.filter((e) => e.type === 'admitted').map((e) => e.requestId);

@@ -127,6 +127,8 @@ describe('mapOpenAiRequest', () => {
       [{ seed: 1.5 }, 'seed'],
       [{ seed: '7' }, 'seed'],
       [{ top_k: -5 }, 'top_k'],
+      [{ temperature: -1 }, 'temperature'],
+      [{ temperature: 2.5 }, 'temperature'],
       [{ min_p: 2 }, 'min_p'],
       [{ repetition_penalty: 0 }, 'repetition_penalty'],
       // The older name is read too when the newer one is there.
