@@ -287,6 +287,9 @@ export function samplingFlags(
   return sampling;
 }
 
+/** The model that comes with kvdesk (made by npm install): serve and the window load it at start, as `default`. */
+export const BUNDLED_MODEL_DIR = path.resolve(__dirname, '../..', 'resources/models/default');
+
 /** What the library says about its file (one it cannot read, or moved aside) goes to stderr, as serve's log. */
 export const libraryLog = (line: string): void => {
   process.stderr.write(`${line}\n`);
@@ -314,10 +317,13 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
     return pulledDir(arg, dir, hub, dataDirOf(dataDirFlag), existsSync(path.dirname(dir)));
   }
   const dataDir = dataDirOf(dataDirFlag);
-  const library = await ModelLibrary.open(dataDir, { log: libraryLog });
+  const library = await ModelLibrary.open(dataDir, { log: libraryLog, bundled: BUNDLED_MODEL_DIR });
   const present = library.list().filter((e) => !e.missing && existsSync(e.root));
   const entry = present.find((e) => sameId(e.id, arg));
   if (entry) return entry.root;
+  // The bundled model goes by the id serve and the window load it under (`default`, also where the library lists a
+  // folder of that id that is not there any more: a clone at another path, a git worktree): the library's idFor.
+  if (existsSync(BUNDLED_MODEL_DIR) && sameId(await library.idFor(BUNDLED_MODEL_DIR), arg)) return BUNDLED_MODEL_DIR;
   // In the library, but its folder has gone (moved, deleted): said so, as `kvdesk list` says it is missing.
   const gone = library.list().find((e) => sameId(e.id, arg));
   if (gone) {
