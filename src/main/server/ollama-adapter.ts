@@ -633,7 +633,8 @@ export function psJson(m: ModelInfo): Record<string, unknown> {
 function parametersText(m: ModelInfo): string {
   const s = m.spec.search;
   const lines: Array<[string, number | undefined]> = [
-    ['temperature', s.temperature],
+    // do_sample false: every face decodes it greedily (its temperature unused), which Ollama's temperature 0 is.
+    ['temperature', s.doSample === false ? 0 : s.temperature],
     ['top_k', s.topK],
     ['top_p', s.topP],
     ['min_p', s.minP],

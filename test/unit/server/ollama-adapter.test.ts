@@ -667,5 +667,10 @@ describe('model listings', () => {
     const bare = showJson(info({ spec: spec({ chatTemplate: undefined, search: {} }) }), facts);
     expect(bare.template).toBeUndefined();
     expect(bare.parameters).toBeUndefined();
+    // do_sample false: decoded greedily on every face, whatever temperature its generation_config also gives.
+    const greedy = showJson(info({ spec: spec({ search: { temperature: 0.7, topK: 50, doSample: false } }) }), facts);
+    expect(greedy.parameters).toMatch(/^temperature +0\ntop_k +50$/);
+    const greedyBare = showJson(info({ spec: spec({ search: { doSample: false } }) }), facts);
+    expect(greedyBare.parameters).toMatch(/^temperature +0$/);
   });
 });
