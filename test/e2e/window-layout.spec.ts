@@ -672,6 +672,20 @@ test('the pin is drawn, not an emoji; Esc from the find bar returns to the messa
   await expect(app.getByTestId('chat-input')).toBeFocused();
 });
 
+test('top-p 0 (the likeliest token alone) is taken, as the APIs and the CLI take it', async ({ app }) => {
+  await newChat(app);
+  await app.getByTestId('settings-toggle').click();
+  const summary = app.getByTestId('settings-summary');
+  const topP = app.getByTestId('setting-topP');
+  await topP.fill('0');
+  await topP.blur();
+  await expect(summary).toContainText('top-p 0 ');
+  await expect(app.getByTestId('setting-error-topP')).toHaveCount(0);
+  await topP.fill('');
+  await topP.blur();
+  await expect(summary).not.toContainText('top-p');
+});
+
 test('a number not taken says why beside its field, and the focus goes where the person clicks', async ({ app }) => {
   await newChat(app);
   await app.getByTestId('settings-toggle').click();

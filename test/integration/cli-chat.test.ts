@@ -145,6 +145,20 @@ describe('kvdesk chat', () => {
     expect(r.stdout).toBe(alone.stdout);
   }, 60_000);
 
+  it('/set parameter top_p 0 is the likeliest token alone, as Ollama and the APIs take it', async () => {
+    const greedy = await kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+    expect(greedy.code, greedy.stderr).toBe(0);
+    // A high temperature that, unbounded, strays from the likeliest tokens; a nucleus of 0 keeps only them.
+    const r = await kvdesk(
+      ['chat', defaultModelDir, '--temperature', '2', '--seed', '5', '--max-new-tokens', '12'],
+      '/set parameter top_p 0\n/show parameters\nTell me about rivers.\n',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain('kvdesk: set top_p to 0 (the likeliest token alone)\n');
+    expect(r.stderr).toMatch(/top_p\s+0\n/);
+    expect(r.stdout).toBe(greedy.stdout);
+  }, 60_000);
+
   it('commands answer on stderr and the chat goes on; /bye ends it; a piped chat with lines not understood exits 2', async () => {
     const r = await kvdesk(
       ['chat', defaultModelDir, ...GREEDY, '--verbose'],

@@ -134,7 +134,7 @@ export function mapOptions(body: Body): MappedOptions {
   const s = out.sampling;
   const temperature = optionNumber(opts, 'temperature', { min: 0, max: 10 });
   if (temperature !== undefined) s.temperature = temperature;
-  const topP = optionNumber(opts, 'top_p', { min: 0, minExclusive: true, max: 1 });
+  const topP = optionNumber(opts, 'top_p', { min: 0, max: 1 });
   if (topP !== undefined) s.topP = topP;
   // llama.cpp (and so Ollama) reads top_k ≤ 0 as "no limit", which is the contract's 0.
   const topK = optionNumber(opts, 'top_k', { int: true });

@@ -22,7 +22,7 @@ type NumField = {
 
 const FIELDS: NumField[] = [
   { key: 'temperature', label: 'temperature', min: 0, max: 10, step: 0.05, placeholder: '0.7' },
-  { key: 'topP', label: 'top-p', min: 0.01, max: 1, step: 0.01, placeholder: '1' },
+  { key: 'topP', label: 'top-p', min: 0, max: 1, step: 0.01, placeholder: '1' },
   { key: 'topK', label: 'top-k', min: 0, step: 1, int: true, placeholder: '0 (off)' },
   { key: 'minP', label: 'min-p', min: 0, max: 1, step: 0.01, placeholder: '0' },
   { key: 'repetitionPenalty', label: 'repetition penalty', min: 0.01, max: 10, step: 0.05, placeholder: '1' },
