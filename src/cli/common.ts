@@ -111,7 +111,9 @@ export function checkFlags(request: Record<string, unknown>): void {
     const schema = numberSchemaAt(issue.path);
     const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], request);
     const range = schema && rangeWords(schema, value);
-    if (range) throw badArgs(`--${flag} must be ${range}, got ${String(value)}`);
+    // A seed below 0: -1 is the one negative taken (a random seed), said so.
+    const hint = flag === 'seed' ? ' (-1: a random seed)' : '';
+    if (range) throw badArgs(`--${flag} must be ${range}, got ${String(value)}${hint}`);
   }
   throw badArgs(`${flag ? `--${flag}` : 'the request'}${inner}: ${issue?.message ?? 'invalid value'}`);
 }
@@ -279,8 +281,9 @@ export function samplingFlags(
   if (fp !== undefined) sampling.frequencyPenalty = fp;
   const pp = parseNumber('presence-penalty', str('presence-penalty'));
   if (pp !== undefined) sampling.presencePenalty = pp;
+  // -1 is a random seed, as no --seed (and as the APIs read seed -1, llama.cpp's and Ollama's).
   const seed = parseNumber('seed', str('seed'), true);
-  if (seed !== undefined) sampling.seed = seed;
+  if (seed !== undefined && seed !== -1) sampling.seed = seed;
   if (values.greedy === true && t !== undefined)
     throw badArgs('give --greedy or --temperature, not both (--greedy always takes the likeliest token)');
   if (values.greedy === true) sampling.greedy = true;

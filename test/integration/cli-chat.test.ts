@@ -707,7 +707,7 @@ describe('kvdesk chat', () => {
     for (const [flags, text] of [
       [['--top-p', '9'], '--top-p must be between 0 and 1, got 9'],
       [['--max-new-tokens', '0'], '--max-new-tokens must be 1 or more, got 0'],
-      [['--seed', '-1'], '--seed must be 0 or more, got -1'],
+      [['--seed', '-2'], '--seed must be 0 or more, got -2 (-1: a random seed)'],
       [['--prefill-chunk', '0'], '--prefill-chunk expects a whole number ≥ 1, got "0"'],
     ] as const) {
       const r = await kvdesk(['chat', defaultModelDir, ...flags], 'Hi\n');

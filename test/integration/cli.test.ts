@@ -691,6 +691,22 @@ describe('CLI on the generated default model', () => {
     }
   });
 
+  it('--seed -1 is a random seed, as the APIs read seed -1; another negative is refused, saying so', async () => {
+    const args = ['generate', defaultModelDir, '--prompt-ids', '1,2,3', '--max-new-tokens', '12', '--temperature', '2'];
+    const run = async (seed: string) => {
+      const r = await kvdesk(...args, '--seed', seed, '--json');
+      expect(r.code, r.stderr).toBe(0);
+      return r.json.tokenIds;
+    };
+    // Two random seeds: two replies (twelve tokens at temperature 2 are not drawn alike twice).
+    expect(await run('-1')).not.toEqual(await run('-1'));
+    // The same seed, the same tokens; a negative other than -1 is no seed, and the refusal names -1.
+    expect(await run('5')).toEqual(await run('5'));
+    const bad = await kvdesk(...args, '--seed', '-5');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('kvdesk: --seed must be 0 or more, got -5 (-1: a random seed)');
+  });
+
   it('list shows the library serve keeps; generate takes a library id as it takes a folder', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');
