@@ -359,7 +359,7 @@ export class ChatSession {
             ? '0: the repetition penalty is off'
             : kept === undefined
               ? 'its default'
-              : `${kept}${kept === '0' && key === 'topK' ? ' (off)' : ''}`;
+              : `${kept}${kept === '0' && key === 'topK' ? ' (off)' : kept === '0' && key === 'topP' ? ' (the likeliest token alone)' : ''}`;
         this.io.err(`kvdesk: set ${name} to ${said}\n`);
         return;
       }

@@ -111,7 +111,9 @@ export function checkFlags(request: Record<string, unknown>): void {
     const schema = numberSchemaAt(issue.path);
     const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], request);
     const range = schema && rangeWords(schema, value);
-    if (range) throw badArgs(`--${flag} must be ${range}, got ${String(value)}`);
+    // A seed below 0: -1 is the one negative taken (a random seed), said so.
+    const hint = flag === 'seed' ? ' (-1: a random seed)' : '';
+    if (range) throw badArgs(`--${flag} must be ${range}, got ${String(value)}${hint}`);
   }
   throw badArgs(`${flag ? `--${flag}` : 'the request'}${inner}: ${issue?.message ?? 'invalid value'}`);
 }
@@ -279,13 +281,17 @@ export function samplingFlags(
   if (fp !== undefined) sampling.frequencyPenalty = fp;
   const pp = parseNumber('presence-penalty', str('presence-penalty'));
   if (pp !== undefined) sampling.presencePenalty = pp;
+  // -1 is a random seed, as no --seed (and as the APIs read seed -1, llama.cpp's and Ollama's).
   const seed = parseNumber('seed', str('seed'), true);
-  if (seed !== undefined) sampling.seed = seed;
+  if (seed !== undefined && seed !== -1) sampling.seed = seed;
   if (values.greedy === true && t !== undefined)
     throw badArgs('give --greedy or --temperature, not both (--greedy always takes the likeliest token)');
   if (values.greedy === true) sampling.greedy = true;
   return sampling;
 }
+
+/** The model that comes with kvdesk (made by npm install): serve and the window load it at start, as `default`. */
+export const BUNDLED_MODEL_DIR = path.resolve(__dirname, '../..', 'resources/models/default');
 
 /** What the library says about its file (one it cannot read, or moved aside) goes to stderr, as serve's log. */
 export const libraryLog = (line: string): void => {
@@ -315,13 +321,16 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
     return pulledDir(arg, dir, hub, dataDirOf(dataDirFlag), existsSync(path.dirname(dir)));
   }
   const dataDir = dataDirOf(dataDirFlag);
-  const library = await ModelLibrary.open(dataDir, { log: libraryLog });
+  const library = await ModelLibrary.open(dataDir, { log: libraryLog, bundled: BUNDLED_MODEL_DIR });
   const present = library.list().filter((e) => !e.missing && existsSync(e.root));
   // Ollama's default tag (`ollama run smollm:latest`) is the id itself, as the server's Ollama routes take it
   // (resolveModel): an id has no `:` (slugify), so `name:latest` is never another package's id.
   const id = arg.endsWith(':latest') ? arg.slice(0, -':latest'.length) : arg;
   const entry = present.find((e) => sameId(e.id, id));
   if (entry) return entry.root;
+  // The bundled model goes by the id serve and the window load it under (`default`, also where the library lists a
+  // folder of that id that is not there any more: a clone at another path, a git worktree): the library's idFor.
+  if (existsSync(BUNDLED_MODEL_DIR) && sameId(await library.idFor(BUNDLED_MODEL_DIR), arg)) return BUNDLED_MODEL_DIR;
   // In the library, but its folder has gone (moved, deleted): said so, as `kvdesk list` says it is missing.
   const gone = library.list().find((e) => sameId(e.id, id));
   if (gone) {

@@ -103,7 +103,7 @@ generate options:
   --json-schema FILE       structured output: the reply is one JSON object that conforms to this JSON Schema
   --tools FILE             with --chat: functions the model may call (a JSON array, OpenAI's tools form)
   --tool-choice C          auto (default), none, required, or a tool's name (the reply is a call to it)
-  --seed S                 the same seed gives the same tokens
+  --seed S                 the same seed gives the same tokens (-1: a random one, as without --seed)
   --stop STR               stop string (repeatable)
   --rows N                 generate N rows of the same prompt as one batched request (1 to 64)
   --kv-budget [DEV=]SIZE   KV budget, e.g. 512, 64KiB, 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB

@@ -4,7 +4,6 @@
  * A thin composition: RunnerService from flags, HostApi (which loads the
  * default model), each --model, then startServer. Runs until SIGINT/SIGTERM.
  */
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
@@ -24,6 +23,7 @@ import { dataFolderId } from '../main/store/data-id';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
 import {
+  BUNDLED_MODEL_DIR,
   byteSizeFlag,
   flagError,
   givenPath,
@@ -78,8 +78,6 @@ serve options:
   --log-requests           a line on stderr for each HTTP request once answered: time, client address, method
                            and path (no query), status, duration, kvdesk's request id and the client's x-request-id
   Model downloads (Models view, /api/pull) read $HF_TOKEN (gated models) and $HF_ENDPOINT (a mirror of the hub)`;
-
-const REPO_ROOT = path.resolve(__dirname, '../..');
 
 /** Options for tests and embedders: a promise that stops the server instead of a signal. */
 export interface ServeControl {
@@ -294,7 +292,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     hostApi = await createHostApi({
       runner,
       dataDir,
-      defaultModelDir: path.join(REPO_ROOT, 'resources/models/default'),
+      defaultModelDir: BUNDLED_MODEL_DIR,
       log: (line) => io.err(`${line}\n`),
       ...(firstUseTtlMs !== undefined ? { firstUseTtlMs } : {}),
       apiServer: windowControl ?? serveControl(() => server ?? null, token !== undefined),

@@ -672,6 +672,35 @@ test('the pin is drawn, not an emoji; Esc from the find bar returns to the messa
   await expect(app.getByTestId('chat-input')).toBeFocused();
 });
 
+test('top-p 0 (the likeliest token alone) and seed -1 (a random one) are taken, as the APIs and the CLI take them', async ({
+  app,
+}) => {
+  await newChat(app);
+  await app.getByTestId('settings-toggle').click();
+  const summary = app.getByTestId('settings-summary');
+  const topP = app.getByTestId('setting-topP');
+  await topP.fill('0');
+  await topP.blur();
+  await expect(summary).toContainText('top-p 0 ');
+  await expect(app.getByTestId('setting-error-topP')).toHaveCount(0);
+  const seed = app.getByTestId('setting-seed');
+  await seed.fill('7');
+  await seed.blur();
+  await expect(summary).toContainText('seed 7');
+  // -1: no seed kept (a random one each reply), as an empty field; not refused.
+  await seed.fill('-1');
+  await seed.blur();
+  await expect(summary).not.toContainText('seed');
+  await expect(app.getByTestId('setting-error-seed')).toHaveCount(0);
+  await seed.fill('-2');
+  await seed.blur();
+  await expect(app.getByTestId('setting-error-seed')).toHaveText('a whole number, −1 or more: not taken');
+  await seed.fill('');
+  await topP.fill('');
+  await topP.blur();
+  await expect(summary).not.toContainText('top-p');
+});
+
 test('a number not taken says why beside its field, and the focus goes where the person clicks', async ({ app }) => {
   await newChat(app);
   await app.getByTestId('settings-toggle').click();

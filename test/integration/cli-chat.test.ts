@@ -145,6 +145,20 @@ describe('kvdesk chat', () => {
     expect(r.stdout).toBe(alone.stdout);
   }, 60_000);
 
+  it('/set parameter top_p 0 is the likeliest token alone, as Ollama and the APIs take it', async () => {
+    const greedy = await kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+    expect(greedy.code, greedy.stderr).toBe(0);
+    // A high temperature that, unbounded, strays from the likeliest tokens; a nucleus of 0 keeps only them.
+    const r = await kvdesk(
+      ['chat', defaultModelDir, '--temperature', '2', '--seed', '5', '--max-new-tokens', '12'],
+      '/set parameter top_p 0\n/show parameters\nTell me about rivers.\n',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain('kvdesk: set top_p to 0 (the likeliest token alone)\n');
+    expect(r.stderr).toMatch(/top_p\s+0\n/);
+    expect(r.stdout).toBe(greedy.stdout);
+  }, 60_000);
+
   it('commands answer on stderr and the chat goes on; /bye ends it; a piped chat with lines not understood exits 2', async () => {
     const r = await kvdesk(
       ['chat', defaultModelDir, ...GREEDY, '--verbose'],
@@ -693,7 +707,7 @@ describe('kvdesk chat', () => {
     for (const [flags, text] of [
       [['--top-p', '9'], '--top-p must be between 0 and 1, got 9'],
       [['--max-new-tokens', '0'], '--max-new-tokens must be 1 or more, got 0'],
-      [['--seed', '-1'], '--seed must be 0 or more, got -1'],
+      [['--seed', '-2'], '--seed must be 0 or more, got -2 (-1: a random seed)'],
       [['--prefill-chunk', '0'], '--prefill-chunk expects a whole number ≥ 1, got "0"'],
     ] as const) {
       const r = await kvdesk(['chat', defaultModelDir, ...flags], 'Hi\n');

@@ -36,9 +36,9 @@ describe('kvdesk generate in a script', () => {
     expect(quiet.code, quiet.stderr).toBe(0);
     expect(quiet.stderr).toBe('');
     expect(quiet.stdout).toBe(loud.stdout);
-    const bad = kvdesk([...args.slice(0, -2), '--seed', '-1', '-q']);
+    const bad = kvdesk([...args.slice(0, -2), '--seed', '-2', '-q']);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain('--seed must be 0 or more, got -1');
+    expect(bad.stderr).toContain('--seed must be 0 or more, got -2');
   }, 60_000);
 
   it('a package that is not there is said at once, before the prompt on stdin has ended', async () => {

@@ -653,6 +653,60 @@ describe('CLI on the generated default model', () => {
     );
   });
 
+  it('`default` is the bundled model, as serve loads it, also where the library lists a gone clone by that id', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-default-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      // Another clone's bundled model, loaded (so `default` in library.json), then that clone deleted.
+      const gone = path.join(work, 'gone-clone', 'resources', 'models', 'default');
+      cpSync(defaultModelDir, gone, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(gone, await loadModelSpec(gone));
+      await library.flush();
+      expect(library.list()).toMatchObject([{ id: 'default', root: gone }]);
+      rmSync(path.join(work, 'gone-clone'), { recursive: true, force: true });
+
+      const args = ['--prompt-ids', '1,2,3', '--max-new-tokens', '4', '--greedy', '--json'];
+      const byId = await kvdesk('generate', 'default', '--data-dir', dataDir, ...args);
+      expect(byId.code, byId.stderr).toBe(0);
+      expect(byId.json.tokenIds).toEqual((await kvdesk('generate', defaultModelDir, ...args)).json.tokenIds);
+      const inspected = await kvdesk('inspect', 'default', '--data-dir', dataDir, '--json');
+      expect(inspected.code, inspected.stderr).toBe(0);
+      expect(inspected.json).toMatchObject({ root: defaultModelDir });
+      // A folder of your own named `default` that is there keeps the id: the bundled model is `default-2` then.
+      const mine = path.join(work, 'mine', 'default');
+      const mineData = path.join(work, 'mine-data');
+      cpSync(defaultModelDir, mine, { recursive: true });
+      const own = await ModelLibrary.open(mineData);
+      await own.loaded(mine, await loadModelSpec(mine));
+      await own.flush();
+      expect((await kvdesk('inspect', 'default', '--data-dir', mineData, '--json')).json).toMatchObject({ root: mine });
+      const second = await kvdesk('inspect', 'default-2', '--data-dir', mineData, '--json');
+      expect(second.code, second.stderr).toBe(0);
+      expect(second.json).toMatchObject({ root: defaultModelDir });
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
+  it('--seed -1 is a random seed, as the APIs read seed -1; another negative is refused, saying so', async () => {
+    const args = ['generate', defaultModelDir, '--prompt-ids', '1,2,3', '--max-new-tokens', '12', '--temperature', '2'];
+    const run = async (seed: string) => {
+      const r = await kvdesk(...args, '--seed', seed, '--json');
+      expect(r.code, r.stderr).toBe(0);
+      return r.json.tokenIds;
+    };
+    // Two random seeds: two replies (twelve tokens at temperature 2 are not drawn alike twice).
+    expect(await run('-1')).not.toEqual(await run('-1'));
+    // The same seed, the same tokens; a negative other than -1 is no seed, and the refusal names -1.
+    expect(await run('5')).toEqual(await run('5'));
+    const bad = await kvdesk(...args, '--seed', '-5');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('kvdesk: --seed must be 0 or more, got -5 (-1: a random seed)');
+  });
+
   it('list shows the library serve keeps; generate takes a library id as it takes a folder', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');

@@ -134,7 +134,7 @@ export function mapOptions(body: Body): MappedOptions {
   const s = out.sampling;
   const temperature = optionNumber(opts, 'temperature', { min: 0, max: 10 });
   if (temperature !== undefined) s.temperature = temperature;
-  const topP = optionNumber(opts, 'top_p', { min: 0, minExclusive: true, max: 1 });
+  const topP = optionNumber(opts, 'top_p', { min: 0, max: 1 });
   if (topP !== undefined) s.topP = topP;
   // llama.cpp (and so Ollama) reads top_k ≤ 0 as "no limit", which is the contract's 0.
   const topK = optionNumber(opts, 'top_k', { int: true });
@@ -633,7 +633,8 @@ export function psJson(m: ModelInfo): Record<string, unknown> {
 function parametersText(m: ModelInfo): string {
   const s = m.spec.search;
   const lines: Array<[string, number | undefined]> = [
-    ['temperature', s.temperature],
+    // do_sample false: every face decodes it greedily (its temperature unused), which Ollama's temperature 0 is.
+    ['temperature', s.doSample === false ? 0 : s.temperature],
     ['top_k', s.topK],
     ['top_p', s.topP],
     ['min_p', s.minP],

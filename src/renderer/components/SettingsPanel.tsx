@@ -22,7 +22,7 @@ type NumField = {
 
 const FIELDS: NumField[] = [
   { key: 'temperature', label: 'temperature', min: 0, max: 10, step: 0.05, placeholder: '0.7' },
-  { key: 'topP', label: 'top-p', min: 0.01, max: 1, step: 0.01, placeholder: '1' },
+  { key: 'topP', label: 'top-p', min: 0, max: 1, step: 0.01, placeholder: '1' },
   { key: 'topK', label: 'top-k', min: 0, step: 1, int: true, placeholder: '0 (off)' },
   { key: 'minP', label: 'min-p', min: 0, max: 1, step: 0.01, placeholder: '0' },
   { key: 'repetitionPenalty', label: 'repetition penalty', min: 0.01, max: 10, step: 0.05, placeholder: '1' },
@@ -37,7 +37,8 @@ const FIELDS: NumField[] = [
   },
   { key: 'frequencyPenalty', label: 'frequency penalty', min: -2, max: 2, step: 0.1, placeholder: '0' },
   { key: 'presencePenalty', label: 'presence penalty', min: -2, max: 2, step: 0.1, placeholder: '0' },
-  { key: 'seed', label: 'seed', min: 0, step: 1, int: true, placeholder: 'random' },
+  // -1 is a random seed, as on the APIs (`seed: -1`) and `kvdesk generate --seed -1`: the field left empty.
+  { key: 'seed', label: 'seed', min: -1, step: 1, int: true, placeholder: 'random' },
 ];
 
 /**
@@ -672,7 +673,8 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
     const t = latest();
     if (text !== (t.systemPrompt ?? '')) bridge.updateThreadSettings(t.id, { systemPrompt: text });
   };
-  const takeNumber = (f: NumField, v: number | undefined | null) => {
+  const takeNumber = (f: NumField, given: number | undefined | null) => {
+    const v = f.key === 'seed' && given === -1 ? undefined : given;
     if (v !== null && v !== latest().sampling?.[f.key]) setSampling(f.key, v);
   };
   const readMax = (field: HTMLInputElement) => readNumber(field, { min: 1, max: 1_000_000, int: true });

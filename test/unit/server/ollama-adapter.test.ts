@@ -183,6 +183,13 @@ describe('mapOllamaRequest: /api/chat', () => {
     expect(mapOllamaRequest('chat', { model: 'm' }).request).toBeNull();
   });
 
+  it('takes top_p 0 as the likeliest token alone, as the OpenAI and Anthropic routes do (and Ollama: one token kept)', () => {
+    expect(chat({ options: { top_p: 0 } }).request?.sampling).toEqual({ repetitionWindow: 64, topP: 0 });
+    expect(mapOllamaRequest('generate', { model: 'm', prompt: 'hi', options: { top_p: 0 } }).request?.sampling).toEqual(
+      { repetitionWindow: 64, topP: 0 },
+    );
+  });
+
   it('refuses bad input with a 400 naming the field', () => {
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ model: undefined }, 'model'],
@@ -193,7 +200,8 @@ describe('mapOllamaRequest: /api/chat', () => {
       [{ options: 'hot' }, 'options'],
       [{ options: { temperature: 'hot' } }, 'options.temperature'],
       [{ options: { temperature: -1 } }, 'options.temperature'],
-      [{ options: { top_p: 0 } }, 'options.top_p'],
+      [{ options: { top_p: 1.5 } }, 'options.top_p'],
+      [{ options: { top_p: -0.1 } }, 'options.top_p'],
       [{ options: { top_k: 1.5 } }, 'options.top_k'],
       [{ options: { num_predict: 1.5 } }, 'options.num_predict'],
       [{ options: { stop: [1] } }, 'options.stop'],
@@ -667,5 +675,10 @@ describe('model listings', () => {
     const bare = showJson(info({ spec: spec({ chatTemplate: undefined, search: {} }) }), facts);
     expect(bare.template).toBeUndefined();
     expect(bare.parameters).toBeUndefined();
+    // do_sample false: decoded greedily on every face, whatever temperature its generation_config also gives.
+    const greedy = showJson(info({ spec: spec({ search: { temperature: 0.7, topK: 50, doSample: false } }) }), facts);
+    expect(greedy.parameters).toMatch(/^temperature +0\ntop_k +50$/);
+    const greedyBare = showJson(info({ spec: spec({ search: { doSample: false } }) }), facts);
+    expect(greedyBare.parameters).toMatch(/^temperature +0$/);
   });
 });
