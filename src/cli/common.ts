@@ -330,7 +330,7 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   if (entry) return entry.root;
   // The bundled model goes by the id serve and the window load it under (`default`, also where the library lists a
   // folder of that id that is not there any more: a clone at another path, a git worktree): the library's idFor.
-  if (existsSync(BUNDLED_MODEL_DIR) && sameId(await library.idFor(BUNDLED_MODEL_DIR), arg)) return BUNDLED_MODEL_DIR;
+  if (existsSync(BUNDLED_MODEL_DIR) && sameId(await library.idFor(BUNDLED_MODEL_DIR), id)) return BUNDLED_MODEL_DIR;
   // In the library, but its folder has gone (moved, deleted): said so, as `kvdesk list` says it is missing.
   const gone = library.list().find((e) => sameId(e.id, id));
   if (gone) {

@@ -675,6 +675,10 @@ describe('CLI on the generated default model', () => {
       const inspected = await kvdesk('inspect', 'default', '--data-dir', dataDir, '--json');
       expect(inspected.code, inspected.stderr).toBe(0);
       expect(inspected.json).toMatchObject({ root: defaultModelDir });
+      // With Ollama's default tag, as any library id takes it.
+      const tagged = await kvdesk('inspect', 'default:latest', '--data-dir', dataDir, '--json');
+      expect(tagged.code, tagged.stderr).toBe(0);
+      expect(tagged.json).toMatchObject({ root: defaultModelDir });
       // A folder of your own named `default` that is there keeps the id: the bundled model is `default-2` then.
       const mine = path.join(work, 'mine', 'default');
       const mineData = path.join(work, 'mine-data');
