@@ -70,6 +70,13 @@ export function placedSearchForm(text: string): PlacedSearchForm {
   if (!/\u0130|[\u0300-\uffff]/.test(text)) {
     return { text: text.toLowerCase(), place: (from, to) => [from, to] };
   }
+  // Without İ every code point lowers to as many units as it has (Unicode's only unconditional lower case of another
+  // length; Final_Sigma keeps it): text in NFC already (Cyrillic, CJK, an English curly quote) keeps its places. The
+  // walk below took 100 ms on 200 KB of Russian, at each key typed in the find bar.
+  if (!text.includes('\u0130')) {
+    const lower = text.toLowerCase();
+    if (lower.normalize('NFC') === lower) return { text: lower, place: (from, to) => [from, to] };
+  }
   // starts[i], ends[i]: the original part the search form's unit i comes from.
   let starts: number[] = [];
   let ends: number[] = [];
