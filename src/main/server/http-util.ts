@@ -483,8 +483,8 @@ export class BodyBudget {
     readonly raise?: string,
   ) {}
 
-  /** Takes `bytes` of room, or throws the refusal. */
-  take(bytes: number): void {
+  /** Throws the 413 of a body of `bytes` (as much as it has, or says it has) that no room could ever hold. */
+  check(bytes: number): void {
     if (bytes > this.cap) {
       const err = httpError(
         413,
@@ -494,10 +494,19 @@ export class BodyBudget {
       err.body.error.limit_bytes = this.cap;
       throw err;
     }
+  }
+
+  /**
+   * Takes `bytes` more of room for a body that now has `total` bytes (those included), or throws the refusal: its
+   * 413 where `total` alone is over the cap, else a 503 where the others leave no room now.
+   */
+  take(bytes: number, total: number): void {
+    this.check(total);
     if (this.held + bytes > this.cap) {
+      const others = this.held - (total - bytes);
       const err = httpError(
         503,
-        `The server is reading other request bodies (${this.held} bytes of the ${this.cap} it holds in memory at once) and has no room for this one's ${bytes} bytes now. Send it again in a moment.`,
+        `The server is reading other request bodies (${others} bytes of the ${this.cap} it holds in memory at once) and has no room for this one's ${total} bytes now. Send it again in a moment.`,
         'server_busy',
       );
       err.body.error.limit_bytes = this.cap;
@@ -515,7 +524,7 @@ export class BodyBudget {
 /**
  * Reads a request body into memory, refusing (413) anything over `limit` bytes
  * before reading it when Content-Length says so, and while reading otherwise. With a `budget`, its bytes are
- * counted there while it is read (Content-Length's at once, else each chunk as it comes), and given back once read.
+ * counted there as its chunks come (a Content-Length over the cap alone is refused at once), and given back once read.
  */
 export function readBody(req: IncomingMessage, limit: number, raise?: string, budget?: BodyBudget): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
@@ -523,16 +532,17 @@ export function readBody(req: IncomingMessage, limit: number, raise?: string, bu
   if (known && declared > limit) {
     return Promise.reject(tooLarge(declared, limit, raise));
   }
-  /** The bytes this body holds of the budget. */
-  let taken = 0;
+  // Its room is taken as its bytes come, not at what Content-Length says: a client that says 32 MiB and sends one
+  // byte would hold that room while it stalls, and a few such would have every other body refused.
   if (budget && known) {
     try {
-      budget.take(declared);
+      budget.check(declared);
     } catch (err) {
       return Promise.reject(err);
     }
-    taken = declared;
   }
+  /** The bytes this body holds of the budget. */
+  let taken = 0;
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -553,7 +563,7 @@ export function readBody(req: IncomingMessage, limit: number, raise?: string, bu
       }
       if (budget && size > taken) {
         try {
-          budget.take(size - taken);
+          budget.take(size - taken, size);
           taken = size;
         } catch (err) {
           settle();

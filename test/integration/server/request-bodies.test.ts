@@ -132,15 +132,18 @@ function hold(p: string, opts: { size: number; sent: number; chunked?: boolean; 
 const answered = (held: Held, ms: number) =>
   Promise.race([held.answer.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
 
-/** Waits until the server holds `n` bodies' bytes (it reads a body once its request's headers are in). */
+/** What a body held in these tests has sent of its 1,000,000 bytes: room is taken as bytes come. */
+const HELD = 999_000;
+
+/** Waits until the server holds `n` held bodies' bytes (it reads a body once its request's headers are in). */
 async function untilHeld(n: number): Promise<void> {
-  // A third body would not fit: probe with one of 1 byte past the room two leave, answered at once.
+  // A body 1 byte past the room they leave finds none, answered at once.
   const deadline = Date.now() + 10_000;
   for (;;) {
     const probe = await fetch(`${t.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: Buffer.alloc(CAP - n * 1_000_000 + 1, 0x20),
+      body: Buffer.alloc(CAP - n * HELD + 1, 0x20),
     });
     await probe.arrayBuffer();
     if (probe.status === 503) return;
@@ -151,11 +154,11 @@ async function untilHeld(n: number): Promise<void> {
 
 describe('bodies read at once', () => {
   it('past the cap, a body is a 503 with Retry-After in its route’s shape; read bodies give their room back', async () => {
-    const first = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
-    const second = hold('/v1/messages', { size: 1_000_000, sent: 1000 });
+    const first = hold('/v1/chat/completions', { size: 1_000_000, sent: HELD });
+    const second = hold('/v1/messages', { size: 1_000_000, sent: HELD });
     await untilHeld(2);
-    // A third, as Content-Length says it: refused before its body is read.
-    const third = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    // A third: refused once its bytes pass the room left.
+    const third = hold('/v1/chat/completions', { size: 1_000_000, sent: 900_000 });
     const openai = await third.answer;
     expect(openai.status).toBe(503);
     expect(openai.headers).toMatch(/\r\nretry-after: 1\r\n/i);
@@ -169,17 +172,17 @@ describe('bodies read at once', () => {
     expect(anthropic.headers).toMatch(/\r\nretry-after: 1\r\n/i);
     expect(JSON.parse(anthropic.body)).toMatchObject({ type: 'error', error: { code: 'server_busy' } });
     // Ollama's shape, and the JSON upload's Result envelope (its body is held in memory too).
-    const ollama = await hold('/api/chat', { size: 1_000_000, sent: 1000 }).answer;
+    const ollama = await hold('/api/chat', { size: 1_000_000, sent: 900_000 }).answer;
     expect(ollama.status).toBe(503);
     expect(JSON.parse(ollama.body).error).toContain('has no room for this one');
-    const upload = await hold('/api/models/upload', { size: 1_000_000, sent: 1000 }).answer;
+    const upload = await hold('/api/models/upload', { size: 1_000_000, sent: 900_000 }).answer;
     expect(upload.status).toBe(503);
     expect(upload.headers).toMatch(/\r\nretry-after: 1\r\n/i);
     expect(JSON.parse(upload.body)).toMatchObject({ ok: false, error: { code: 'QUEUE_FULL' } });
     // A multipart upload streams to disk, not memory: not counted (its folder is refused, not the server busy).
     const multipart = hold('/api/models/upload', {
       size: 1_000_000,
-      sent: 1000,
+      sent: 900_000,
       contentType: 'multipart/form-data; boundary=x',
     });
     expect(await answered(multipart, 300)).toBe(false);
@@ -190,15 +193,15 @@ describe('bodies read at once', () => {
     expect((await first.answer).status).toBe(400);
     expect((await second.answer).status).toBe(400);
     // Their room is given back: two more fit, and so does one a client leaves midway.
-    const gone = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
-    const kept = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    const gone = hold('/v1/chat/completions', { size: 1_000_000, sent: HELD });
+    const kept = hold('/v1/chat/completions', { size: 1_000_000, sent: HELD });
     await untilHeld(2);
     gone.destroy();
     // Its close reaches the server in a moment: until then a body may still find no room.
-    let after = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+    let after = hold('/v1/chat/completions', { size: 1_000_000, sent: 900_000 });
     for (let i = 0; i < 20 && (await answered(after, 300)); i++) {
       expect((await after.answer).status).toBe(503);
-      after = hold('/v1/chat/completions', { size: 1_000_000, sent: 1000 });
+      after = hold('/v1/chat/completions', { size: 1_000_000, sent: 900_000 });
     }
     expect(await answered(after, 300)).toBe(false);
     kept.finish();
@@ -208,11 +211,29 @@ describe('bodies read at once', () => {
     expect((await fetch(`${t.url}/v1/models`)).status).toBe(200);
   });
 
-  it('one body over the cap alone is a 413 naming it', async () => {
+  it('one body over the cap alone is a 413 naming it, also sent in chunks (no Content-Length to say so)', async () => {
     const res = await post('/v1/chat/completions', Buffer.alloc(3 * MIB, 0x20));
     expect(res.status).toBe(413);
     const body = (await res.json()) as { error: { message: string; limit_bytes: number } };
     expect(body.error.limit_bytes).toBe(CAP);
     expect(body.error.message).toContain(`more than the ${CAP} bytes of request bodies this server holds in memory`);
+    // Not a 503 to send again (that could never fit): its own bytes are no other body's.
+    const chunked = await hold('/v1/chat/completions', { size: 3 * MIB, sent: 2_900_000, chunked: true }).answer;
+    expect(chunked.status).toBe(413);
+    expect(JSON.parse(chunked.body).error.message).toContain(`more than the ${CAP} bytes of request bodies`);
+  });
+
+  it('clients that say large bodies and send almost nothing hold no room: other bodies are read', async () => {
+    // Room was taken at what Content-Length said: four such stalled the API for everyone (a 503 each time).
+    const stalled = Array.from({ length: 4 }, () => hold('/v1/chat/completions', { size: 1_000_000, sent: 1 }));
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      const res = await post('/v1/chat/completions', Buffer.alloc(1_000_000, 0x20));
+      // Past the cap: the body is read, and refused for what it is (not JSON), not for room.
+      expect(res.status).toBe(400);
+      for (const s of stalled) expect(await answered(s, 0)).toBe(false);
+    } finally {
+      for (const s of stalled) s.destroy();
+    }
   });
 });
