@@ -34,11 +34,6 @@ function firstBadUtf16(bytes: Uint8Array, encoding: 'utf-16le' | 'utf-16be'): Fa
   return null;
 }
 
-/**
- * Bytes decoded as text a chunk at a time (stdin arrives so): the encoding the first bytes' BOM names (none:
- * UTF-8), the BOM dropped. Bytes that are not text of it are BAD_REQUEST naming `what` (`stdin`, `--tools
- * tools.json`), the offset in the whole input where it goes wrong, and what to do.
- */
 /** The byte order marks start() tells apart. */
 const BOMS = [
   [0xef, 0xbb, 0xbf],
@@ -52,6 +47,11 @@ function mayBeBom(bytes: Uint8Array): boolean {
   return BOMS.some((bom) => bytes.length < bom.length && bytes.every((x, i) => x === bom[i]));
 }
 
+/**
+ * Bytes decoded as text a chunk at a time (stdin arrives so): the encoding the first bytes' BOM names (none:
+ * UTF-8), the BOM dropped. Bytes that are not text of it are BAD_REQUEST naming `what` (`stdin`, `--tools
+ * tools.json`), the offset in the whole input where it goes wrong, and what to do.
+ */
 export class TextInput {
   private encoding: Encoding | null = null;
   /** Bytes not decoded yet: the first (until they show a BOM or none), or a character the chunk's end cut. */

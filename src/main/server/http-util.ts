@@ -258,17 +258,17 @@ function clientMessage(message: string, field: string | undefined, param: string
   return /[.[]/.test(field) ? named.split(field).join(param) : named;
 }
 
+/** Whether a generation request sends a system prompt or system messages (ParamHint.truncation). */
+export function sendsSystem(req: { system?: string; messages?: ReadonlyArray<{ role: string }> }): boolean {
+  return req.system !== undefined || req.messages?.some((m) => m.role === 'system') === true;
+}
+
 /**
  * A prompt the context cannot take, in OpenAI's words, which clients match (LiteLLM's ContextWindowExceededError
  * reads "maximum context length"), the numbers said once, and what to do in that API's terms: the whole message
  * (the host's explanation, which says the numbers again and speaks of chats, is left out). Anthropic's route says
  * it in Anthropic's words (anthropicError).
  */
-/** Whether a generation request sends a system prompt or system messages (ParamHint.truncation). */
-export function sendsSystem(req: { system?: string; messages?: ReadonlyArray<{ role: string }> }): boolean {
-  return req.system !== undefined || req.messages?.some((m) => m.role === 'system') === true;
-}
-
 function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): string | undefined {
   const { promptTokens, contextLength, sessionTokens, countedUpTo } = info.detail ?? {};
   if (info.code !== 'CONTEXT_OVERFLOW' || hint.api === 'anthropic') return undefined;
