@@ -88,8 +88,12 @@ async function copyWhileReplying(page: Page, other: Page, ctl: Route, server: Se
   // The other page's turn, saved; this page does not hear of it.
   await send(other, 'asked in the other tab');
   await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
+  // This page hears of that reply from the budget (not deaf to it), and holds its own turn while it runs: an Enter
+  // pressed before it has heard of the stop is not a send (the note says why and the text stays in the box).
+  await expect(page.getByTestId('elsewhere-busy-note')).toBeVisible();
   await other.getByTestId('stop-button').click();
   await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
+  await expect(page.getByTestId('elsewhere-busy-note')).toHaveCount(0);
   // This page's turn, made from the chat as it was before: its saves are refused, and its reply runs on.
   await send(page, 'asked in this tab');
   // Said as the save is refused: checked before waiting for the reply's first text (a notice goes after 10 s).
