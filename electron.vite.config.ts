@@ -14,6 +14,8 @@ export default defineConfig({
           index: path.resolve(__dirname, 'src/main/index.ts'),
           engine: path.resolve(__dirname, 'src/main/engine/process.ts'),
         },
+        // A package loaded when first needed (mcp.ts's SDK) is required as the rest are, not imported as ESM.
+        output: { dynamicImportInCjs: false },
       },
     },
   },

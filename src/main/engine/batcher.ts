@@ -22,7 +22,7 @@ import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome, SessionKv } from './decoder';
-import { commonPrefix, generationFailed, idTensor, maskTensor, rightMaskTensor } from './feeds';
+import { generationFailed, idTensor, maskTensor, rightMaskTensor } from './feeds';
 import {
   exactDraw,
   exactMinP,
@@ -54,6 +54,7 @@ import {
 import type { LastPositionScreen } from './last-position';
 import { type LogitsRows, logitsRows } from './logits';
 import { type Drafter, LOOKUP_MAX_REST, LOOKUP_MAX_REST_PREDICTED } from './lookup';
+import { commonPrefix } from './prefix';
 import type { FinishReason, SamplingParams, StepLogprob } from './protocol';
 import { logprobsOf, notANumber, Sampler, seed32 } from './sampling';
 

@@ -18,14 +18,6 @@ export function idTensor(port: GraphPort, values: number[], dims: number[]): ort
   );
 }
 
-/** Length of the common prefix of two id sequences. */
-export function commonPrefix(a: readonly number[], b: readonly number[]): number {
-  const n = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < n && a[i] === b[i]) i++;
-  return i;
-}
-
 /**
  * The attention mask of a left-padded batch: each row is `pads[b]` zeros then
  * ones, with zeros over positions [gap[0], gap[1]) of every row too (the KV's

@@ -20,10 +20,11 @@ import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import { type ModelSpec, type StaticCacheSpec, staticPositions } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
-import { commonPrefix, generationFailed, idTensor } from './feeds';
+import { generationFailed, idTensor } from './feeds';
 import { constraintFor } from './json-constraint';
 import { kvArray } from './kv-cache';
 import { logitsRows } from './logits';
+import { commonPrefix } from './prefix';
 import type { FinishReason } from './protocol';
 import { logprobsOf, Sampler } from './sampling';
 

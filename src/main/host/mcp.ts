@@ -15,17 +15,43 @@
 import type { ChildProcess } from 'node:child_process';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { isLosslessNumber, parse as losslessParse } from 'lossless-json';
 import { z } from 'zod';
 import type { McpServerStatus, McpStatus, McpToolResult } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import { proxyFetch } from './proxy-fetch';
+
+/**
+ * The MCP SDK's client parts, loaded at the first connection to a server: a kvdesk with no MCP server in use never
+ * loads them (with the copies of zod they bring, about a tenth of a second of every start of serve, the CLI and the
+ * window, which each make a McpHub).
+ */
+async function loadSdk() {
+  const [client, sse, stdio, http, types] = await Promise.all([
+    import('@modelcontextprotocol/sdk/client/index.js'),
+    import('@modelcontextprotocol/sdk/client/sse.js'),
+    import('@modelcontextprotocol/sdk/client/stdio.js'),
+    import('@modelcontextprotocol/sdk/client/streamableHttp.js'),
+    import('@modelcontextprotocol/sdk/types.js'),
+  ]);
+  return {
+    Client: client.Client,
+    SSEClientTransport: sse.SSEClientTransport,
+    StdioClientTransport: stdio.StdioClientTransport,
+    getDefaultEnvironment: stdio.getDefaultEnvironment,
+    StreamableHTTPClientTransport: http.StreamableHTTPClientTransport,
+    StreamableHTTPError: http.StreamableHTTPError,
+    ErrorCode: types.ErrorCode,
+    McpError: types.McpError,
+  };
+}
+let sdkLoaded: ReturnType<typeof loadSdk> | undefined;
+const sdk = () => {
+  sdkLoaded ??= loadSdk();
+  return sdkLoaded;
+};
 
 export const MCP_FILE = 'mcp.json';
 
@@ -161,6 +187,8 @@ export class McpHub {
       });
       return { content: textOf(result.content), isError: result.isError === true };
     } catch (err) {
+      // (Loaded: this server was connected to.)
+      const { McpError, ErrorCode } = await sdk();
       // The connection to a server at a URL broke (its session ended, it restarted): anything but the server's own
       // answer (an MCP error) drops this connection, and the next call connects again.
       if (this.servers[server]?.url !== undefined && !(err instanceof McpError)) {
@@ -332,6 +360,14 @@ export class McpHub {
 
   /** A client connected to the entry's server: its process started, or its URL reached. */
   private async connect(entry: ServerEntry, timer: Promise<never>): Promise<Client> {
+    const {
+      Client,
+      SSEClientTransport,
+      StdioClientTransport,
+      getDefaultEnvironment,
+      StreamableHTTPClientTransport,
+      StreamableHTTPError,
+    } = await sdk();
     const attempt = async (transport: Transport): Promise<Client> => {
       const client = new Client({ name: 'kvdesk', version: '1' });
       try {

@@ -41,9 +41,9 @@ import type {
 import { type BackendReport, detectBackendsInChildProcess, usableProviders } from '../backends';
 import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../backends/device-memory';
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
-import { commonPrefix } from '../engine/feeds';
 import { packTokens } from '../engine/json-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
+import { commonPrefix } from '../engine/prefix';
 import type {
   EngineEvent,
   EngineLoadResult,

@@ -61,9 +61,12 @@ describe('kvdesk serve --port 0 (a real process)', () => {
   let url: string;
   let stderr = '';
   let dataDir: string;
+  /** Which npm packages each of its processes loaded (test/helpers/module-recorder.cjs). */
+  let moduleLog: string;
 
   beforeAll(async () => {
     dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-cli-'));
+    moduleLog = path.join(dataDir, 'modules.log');
     // Its own process group, so the test can stop the wrapper, the server and the engine together, as Ctrl-C does.
     child = spawn(
       process.execPath,
@@ -86,7 +89,16 @@ describe('kvdesk serve --port 0 (a real process)', () => {
         '--data-dir',
         dataDir,
       ],
-      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+      {
+        cwd: repoRoot,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+        env: {
+          ...process.env,
+          NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --require ${path.join(repoRoot, 'test/helpers/module-recorder.cjs')}`,
+          KVDESK_MODULE_LOG: moduleLog,
+        },
+      },
     );
     child.stderr?.on('data', (d: Buffer) => {
       stderr += d.toString();
@@ -133,6 +145,20 @@ describe('kvdesk serve --port 0 (a real process)', () => {
       temperature: 0,
     });
     expect(text).toBe(plain.choices[0]?.text);
+  });
+
+  it('loads onnxruntime in its engine process only, and no MCP client while no MCP server is used', async () => {
+    // (After the replies above: the host has served chats, the engine has run them.)
+    const lines = readFileSync(moduleLog, 'utf8').trim().split('\n');
+    const loadedBy = (script: RegExp) =>
+      lines.filter((l) => script.test(l.split(' ')[1] ?? '')).map((l) => l.split(' ')[2]);
+    const host = loadedBy(/[\\/]main\.(js|ts)$/);
+    const engine = loadedBy(/[\\/](engine\.js|process\.ts)$/);
+    expect(host).toContain('@huggingface/tokenizers');
+    expect(engine).toContain('onnxruntime-node');
+    // The native runtime (~100 ms and ~15 MB a process) and the MCP SDK (its own zod copies) are not the host's.
+    expect(host).not.toContain('onnxruntime-node');
+    expect(host).not.toContain('@modelcontextprotocol/sdk');
   });
 
   it('applies --kv-budget: a request over 64 KiB is refused with its numbers', async () => {
