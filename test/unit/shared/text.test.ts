@@ -182,7 +182,11 @@ describe('placedSearchForm', () => {
   });
 
   it('is searchForm of any text, and a place of one unit maps inside the text', () => {
-    const unit = fc.constantFrom(...Array.from('aAe\u00e9\u00c9\u0301\u0130\u03a3 \u1100\u1161\u11a8\u{1F600}\u0323\u212b\u0b15\u0b47\u0b3e\u03c3'));
+    const unit = fc.constantFrom(
+      ...Array.from(
+        'aAe\u00e9\u00c9\u0301\u0130\u03a3 \u1100\u1161\u11a8\u{1F600}\u0323\u212b\u0b15\u0b47\u0b3e\u03c3',
+      ),
+    );
     fc.assert(
       fc.property(
         fc.array(unit, { maxLength: 30 }).map((u) => u.join('')),
