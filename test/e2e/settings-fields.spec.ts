@@ -1,5 +1,6 @@
 /**
- * The settings panel's fields as a person types in them: a stop string holding a line break (written `\n`).
+ * The settings panel's fields as a person types in them: a stop string holding a line break (written `\n`), a seed
+ * of -1 shown as random at once.
  */
 
 import type { Page } from '@playwright/test';
@@ -112,5 +113,23 @@ test('a stop string holding a line break, written \\n in the field, ends the rep
     .poll(async () => (await saved(server, greeting)) as unknown)
     .toMatchObject({ systemPrompt: 'Be brief.' });
   expect((await saved(server, greeting)).stop).toEqual(stops);
+  await app.getByTestId('settings-toggle').click();
+});
+
+test('a seed of -1 shows as random as soon as it is typed, and the chat keeps no seed', async ({ app, server }) => {
+  const id = await newChat(app);
+  await app.getByTestId('settings-toggle').click();
+  const seed = app.getByTestId('setting-seed');
+  await seed.fill('7');
+  await seed.blur();
+  await expect(app.getByTestId('settings-summary')).toContainText('seed 7');
+  await seed.fill('-1');
+  await expect(seed).toHaveValue('');
+  await expect(seed).toHaveAttribute('placeholder', 'random');
+  await expect(seed).toBeFocused();
+  await seed.blur();
+  await expect(seed).toHaveValue('');
+  await expect(app.getByTestId('settings-summary')).not.toContainText('seed');
+  await expect.poll(async () => (await saved(server, id)).sampling?.seed ?? 'none').toBe('none');
   await app.getByTestId('settings-toggle').click();
 });

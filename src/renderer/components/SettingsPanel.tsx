@@ -738,6 +738,8 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               onChange={(e) => {
                 editing(f.key, e.target);
                 const v = readNumber(e.target, f);
+                // A seed of -1 is none (a random one): the field shows so at once, as it does when opened again.
+                if (f.key === 'seed' && v === -1) e.target.value = '';
                 takes.later(f.key, () => takeNumber(f, v));
               }}
               onBlur={(e) => {
