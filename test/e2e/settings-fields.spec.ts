@@ -1,6 +1,7 @@
 /**
- * The settings panel's fields as a person types in them: a stop string holding a line break (written `\n`), a seed
- * of -1 shown as random at once.
+ * The settings panel's fields as a person types in them, and the notices that name a chat: a stop string holding a
+ * line break (written `\n`), a seed of -1 shown as random at once, a right-to-left title in a notice kept in its place
+ * (and copied without invisible marks).
  */
 
 import type { Page } from '@playwright/test';
@@ -32,6 +33,21 @@ async function openTitled(
   await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
   await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
   return id;
+}
+
+/** What of the page's DOM the notice test reads (these tests are typed without the DOM's types). */
+interface RangeLike {
+  setStart(node: unknown, offset: number): void;
+  setEnd(node: unknown, offset: number): void;
+  selectNodeContents(node: unknown): void;
+  getBoundingClientRect(): { x: number };
+}
+interface Dom {
+  document: {
+    createTreeWalker(root: unknown, show: number): { nextNode(): { textContent: string | null } | null };
+    createRange(): RangeLike;
+  };
+  getSelection(): { removeAllRanges(): void; addRange(range: RangeLike): void; toString(): string } | null;
 }
 
 async function saved(server: ServeHandle, id: string): Promise<Saved> {
@@ -132,4 +148,49 @@ test('a seed of -1 shows as random as soon as it is typed, and the chat keeps no
   await expect(app.getByTestId('settings-summary')).not.toContainText('seed');
   await expect.poll(async () => (await saved(server, id)).sampling?.seed ?? 'none').toBe('none');
   await app.getByTestId('settings-toggle').click();
+});
+
+test('a notice naming a right-to-left chat keeps the title in its place; copied, it holds no invisible marks', async ({
+  app,
+  server,
+}) => {
+  const title = 'אבג!';
+  const id = await openTitled(app, server, title);
+  expect((await wsCall(server, 'deleteThread', { id })).ok).toBe(true);
+  const notice = app.getByTestId('notice');
+  await expect(notice).toContainText(`The chat “${title}” you had open was deleted`);
+  // The title reads right to left: its "!" ends it on the left, not after the English sentence's quote.
+  const place = await notice.evaluate((el, t) => {
+    const { document } = globalThis as unknown as Dom;
+    const walker = document.createTreeWalker(el, 4 /* NodeFilter.SHOW_TEXT */);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const at = node.textContent?.indexOf(t) ?? -1;
+      if (at < 0) continue;
+      const x = (from: number) => {
+        const range = document.createRange();
+        range.setStart(node, at + from);
+        range.setEnd(node, at + from + 1);
+        return range.getBoundingClientRect().x;
+      };
+      return { alef: x(0), bang: x(3) };
+    }
+    return null;
+  }, title);
+  expect(place, 'the title in one text node of the notice').not.toBeNull();
+  expect(place?.bang).toBeLessThan(place?.alef ?? Number.NEGATIVE_INFINITY);
+  // What a person copies from it: the words as shown, no U+2068/U+2069 that would spoil a paste into a search.
+  const copied = await notice
+    .locator('span')
+    .first()
+    .evaluate((el) => {
+      const dom = globalThis as unknown as Dom;
+      const range = dom.document.createRange();
+      range.selectNodeContents(el);
+      const selection = dom.getSelection();
+      selection?.removeAllRanges();
+      selection?.addRange(range);
+      return selection?.toString() ?? '';
+    });
+  expect(copied).toContain(`The chat “${title}” you had open was deleted`);
+  expect(copied).not.toMatch(/[\u2066-\u2069]/);
 });
