@@ -198,6 +198,13 @@ export const StoredMessage = MessageVersion.extend({
 });
 export type StoredMessage = z.infer<typeof StoredMessage>;
 
+/**
+ * A chat's (and a preset's) stop strings: at most this many, each of at most this many characters (UTF-16 code
+ * units, as JavaScript counts them). The settings panel checks its field against the same numbers.
+ */
+export const STOP_MAX_COUNT = 16;
+export const STOP_MAX_CHARS = 200;
+
 /** A chat thread with its settings. */
 export const Thread = z.object({
   id: z.string().min(1).max(100),
@@ -218,7 +225,7 @@ export const Thread = z.object({
    */
   contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
   /** Replies end where one of these strings would appear (it is not shown). */
-  stop: z.array(z.string().min(1).max(200)).max(16).optional(),
+  stop: z.array(z.string().min(1).max(STOP_MAX_CHARS)).max(STOP_MAX_COUNT).optional(),
   /** A thinking model reasons before it replies (true) or replies at once (false); absent: as the model does. */
   thinking: z.boolean().optional(),
   /** A thinking model's reasoning is closed for it after this many tokens (absent: no limit but max tokens). */
@@ -452,7 +459,7 @@ export const Preset = z.object({
   systemPrompt: z.string().max(100_000).optional(),
   sampling: SamplingSettings.optional(),
   maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
-  stop: z.array(z.string().min(1).max(200)).max(16).optional(),
+  stop: z.array(z.string().min(1).max(STOP_MAX_CHARS)).max(STOP_MAX_COUNT).optional(),
   contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
   thinking: z.boolean().optional(),
   thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),

@@ -28,6 +28,7 @@ import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/c
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { cutText } from '../../shared/text';
 import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
+import { isolated } from '../lib/direction';
 import { type Draft, drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import {
@@ -389,7 +390,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // Nothing of this save was written (too large to send, a disk kvdesk may not write): said at once, as what
         // the page shows is lost when it closes.
         notify(
-          `“${t.title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}. What it shows since its last save is lost when this page closes.`,
+          `“${isolated(t.title)}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}. What it shows since its last save is lost when this page closes.`,
           true,
         );
       }
@@ -448,7 +449,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function deletedElsewhere(threadId: string, title: string): void {
     const unsent = s().threads.some((x) => x.id === threadId) && dropThread(threadId);
     notify(
-      `“${title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.${unsent ? ` ${UNSENT}` : ''}`,
+      `“${isolated(title)}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.${unsent ? ` ${UNSENT}` : ''}`,
     );
   }
 
@@ -497,14 +498,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         if (Object.keys(since).length > 0) s().updateThread(threadId, since);
       } else if (r.error.code === 'SAVE_CONFLICT') {
         notify(
-          `“${title}” was changed in another window or tab before its name or pin changed here was saved: it shows that one now. Make the change again if you still want it.`,
+          `“${isolated(title)}” was changed in another window or tab before its name or pin changed here was saved: it shows that one now. Make the change again if you still want it.`,
         );
         // The list shows the chat as saved (its summary, as the other's save told of it, comes or came).
         if (summary && local) s().receiveSummary(summary);
       } else if (r.error.detail?.reason === 'deleted' || r.error.detail?.reason === 'gone') {
         deletedElsewhere(threadId, title);
       } else {
-        notify(`“${title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
+        notify(`“${isolated(title)}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
         // The list shows the chat as its file has it (not pinned or renamed as the refused change would have).
         if (summary && local) s().receiveSummary(summary);
       }
@@ -528,8 +529,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       unkept.add(threadId);
       notSavedYet(
         thread || fields
-          ? `Your change to “${title}” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
-          : `“${title}” is not deleted yet: kvdesk cannot be reached, and this browser could not keep the delete until it can (${why}). Keep this page open: it is deleted once kvdesk is back; closing or reloading the page leaves it undeleted.`,
+          ? `Your change to “${isolated(title)}” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
+          : `“${isolated(title)}” is not deleted yet: kvdesk cannot be reached, and this browser could not keep the delete until it can (${why}). Keep this page open: it is deleted once kvdesk is back; closing or reloading the page leaves it undeleted.`,
       );
     };
     if (!pendingStore) {
@@ -610,7 +611,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
           rememberOpen(id);
         }
       }
-      report(`Could not delete “${title}”`, r, true);
+      report(`Could not delete “${isolated(title)}”`, r, true);
     });
   }
 
@@ -680,26 +681,26 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         s().receiveThread(copy);
         saveThread(copy.id);
         notify(
-          `“${saved.title}” was changed in another window or tab before a change made while kvdesk could not be reached was saved. Both are kept: theirs as “${saved.title}”, that one as “${copy.title}”.`,
+          `“${isolated(saved.title)}” was changed in another window or tab before a change made while kvdesk could not be reached was saved. Both are kept: theirs as “${isolated(saved.title)}”, that one as “${isolated(copy.title)}”.`,
         );
       } else if (saved && !sameSettings(saved, c.thread)) {
         notify(
-          `“${saved.title}” was changed in another window or tab before a change of its name or settings made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
+          `“${isolated(saved.title)}” was changed in another window or tab before a change of its name or settings made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
         );
       }
     } else if (c.fields && !r.ok && r.error.code === 'SAVE_CONFLICT') {
       notify(
-        `“${title}” was changed in another window or tab before a change of its name or pin made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
+        `“${isolated(title)}” was changed in another window or tab before a change of its name or pin made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
       );
     } else if (!r.ok && (r.error.detail?.reason === 'deleted' || (c.fields && r.error.detail?.reason === 'gone'))) {
       notify(
-        `“${title}” was deleted in another window or tab before a change to it made while kvdesk could not be reached was saved: the change is not kept.`,
+        `“${isolated(title)}” was deleted in another window or tab before a change to it made while kvdesk could not be reached was saved: the change is not kept.`,
       );
     } else if (!r.ok) {
       notify(
         c.thread || c.fields
-          ? `A change to “${title}” made while kvdesk could not be reached was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`
-          : `Could not delete “${title}”: ${r.error.message}`,
+          ? `A change to “${isolated(title)}” made while kvdesk could not be reached was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`
+          : `Could not delete “${isolated(title)}”: ${r.error.message}`,
         true,
       );
     }
@@ -718,7 +719,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const copy = { id: newId('t', now), messageId: newId('m', now), at: now };
     copying.set(threadId, copy);
     notify(
-      `“${title}” was changed in another window or tab while this one's reply was being written. Both are kept: theirs as “${title}”, this one's as a chat of its own, “${conflictTitle(mine)}”.`,
+      `“${isolated(title)}” was changed in another window or tab while this one's reply was being written. Both are kept: theirs as “${isolated(title)}”, this one's as a chat of its own, “${isolated(conflictTitle(mine))}”.`,
     );
   }
 
@@ -772,7 +773,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         return;
       }
       notify(
-        `“${local?.title ?? mine?.title}” was saved in another window or tab, and could not be read: ${opened.error.message} Reload the page.`,
+        `“${isolated(local?.title ?? mine?.title ?? UNTITLED)}” was saved in another window or tab, and could not be read: ${opened.error.message} Reload the page.`,
       );
       return;
     }
@@ -811,7 +812,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         saveThread(threadId);
       } else if (!sameSettings(saved, mine)) {
         notify(
-          `“${saved.title}” was changed in another window or tab before this one's change of its name or settings was saved: it shows that one now. Make the change again if you still want it.`,
+          `“${isolated(saved.title)}” was changed in another window or tab before this one's change of its name or settings was saved: it shows that one now. Make the change again if you still want it.`,
         );
       }
       return;
@@ -821,7 +822,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().receiveThread(copy);
     saveThread(copy.id);
     notify(
-      `“${saved.title}” was changed in another window or tab before this one's changes were saved. Both are kept: theirs as “${saved.title}”, this one's as “${copy.title}”.`,
+      `“${isolated(saved.title)}” was changed in another window or tab before this one's changes were saved. Both are kept: theirs as “${isolated(saved.title)}”, this one's as “${isolated(copy.title)}”.`,
     );
   }
 
@@ -1150,7 +1151,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         }
         const unsent = waitingSends.has(id) ? ` ${UNSENT}` : '';
         giveBack(id);
-        notify(`“${local.title}” could not be opened: ${r.error.message}${unsent}`);
+        notify(`“${isolated(local.title)}” could not be opened: ${r.error.message}${unsent}`);
         // The chat's pane says so too, rather than "Opening the chat…" for good (opened again, it is tried again).
         s().setOpenFailed(id, r.error.message);
         return;
@@ -1201,7 +1202,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     // The chat open here: another takes its place, which the person must not take for it.
     if (wasOpen || unsent) {
       const where = wasOpen ? ' you had open' : '';
-      notify(`The chat “${gone.title}”${where} was deleted in another window or tab.${unsent ? ` ${UNSENT}` : ''}`);
+      notify(
+        `The chat “${isolated(gone.title)}”${where} was deleted in another window or tab.${unsent ? ` ${UNSENT}` : ''}`,
+      );
     }
   }
 
@@ -1500,9 +1503,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if (!status.ok) notify(`The chat's tools are not offered: ${status.error.message}`);
       // One notice for them all (one each would leave only the last on screen).
       const missing = tools?.missing ?? [];
-      if (missing.length === 1) notify(`The tools of "${missing[0]?.server}" are not offered: ${missing[0]?.why}`);
+      if (missing.length === 1)
+        notify(`The tools of "${isolated(missing[0]?.server ?? '')}" are not offered: ${missing[0]?.why}`);
       if (missing.length > 1) {
-        notify(`These tools are not offered: ${missing.map((m) => `"${m.server}": ${m.why}`).join('; ')}`);
+        notify(`These tools are not offered: ${missing.map((m) => `"${isolated(m.server)}": ${m.why}`).join('; ')}`);
       }
       if (tools) s().setToolRoutes(threadId, assistantId, tools.routes);
       // Must call a tool in reply to the person; after a tool's answer, the model may reply in words.
@@ -1578,7 +1582,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     // The chat deleted, or gone on past the call, while the tool ran: its answer has no place.
     const since = afterReply();
     if (!since || since.some((m) => m.role !== 'tool')) {
-      if (since) notify(`${call.name} answered after the chat went on: its answer is not added.`);
+      if (since) notify(`${isolated(call.name)} answered after the chat went on: its answer is not added.`);
       return;
     }
     s().addToolResult(threadId, {
@@ -2180,7 +2184,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const summary = s().summaries[id];
       const host = known.get(id);
       if (dropThread(id))
-        notify(`“${title}” was deleted before your message in it was sent: it is back in the message box.`);
+        notify(`“${isolated(title)}” was deleted before your message in it was sent: it is back in the message box.`);
       if (thread) {
         deletedHere.set(id, {
           thread,
@@ -2250,7 +2254,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const name = s().packageImport?.name ?? 'the package';
       uploading.abort();
       // Its card goes; what happened is said (a screen reader hears it too).
-      notify(`The upload of ${name} was cancelled; kvdesk kept nothing of it.`);
+      notify(`The upload of ${isolated(name)} was cancelled; kvdesk kept nothing of it.`);
     },
     importPath,
     loadPackage,

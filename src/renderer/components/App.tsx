@@ -1,6 +1,7 @@
 /** The window: header, threads, chat or models, inspector; drop-anywhere and keyboard shortcuts. */
-import { useEffect, useRef, useState } from 'react';
+import { Fragment, useEffect, useRef, useState } from 'react';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
+import { isolateRuns } from '../lib/direction';
 import { installFocusRescue } from '../lib/focus-rescue';
 import { captureDrop } from '../lib/folder-drop';
 import { Announcer, useElsewhereReplies } from './Announcer';
@@ -185,6 +186,22 @@ function useShortcuts(): void {
 /** How long a notice stays (the connection's stays until it is back): it must not sit over the controls for good. */
 const NOTICE_MS = 10_000;
 
+/**
+ * A notice's text, each name in it a <bdi> (see isolateRuns): a right-to-left chat title keeps its place in the
+ * sentence, and copying the notice copies no invisible marks.
+ */
+function NoticeText({ text }: { text: string }) {
+  return (
+    <span>
+      {isolateRuns(text).map((run, i) =>
+        // The runs of one notice never move: their place is their key.
+        // biome-ignore lint/suspicious/noArrayIndexKey: see above
+        run.isolated ? <bdi key={i}>{run.text}</bdi> : <Fragment key={i}>{run.text}</Fragment>,
+      )}
+    </span>
+  );
+}
+
 /** The notices under the header: one that stays until dismissed, above the passing one. */
 function Notices() {
   const notice = useApp((s) => s.notice);
@@ -225,7 +242,7 @@ function Notices() {
     <div className="notices" role={notice && urgent ? undefined : 'status'}>
       {sticky && (
         <div className="notice" data-testid="sticky-notice">
-          <span>{sticky}</span>
+          <NoticeText text={sticky} />
           <button
             type="button"
             className="small"
@@ -239,7 +256,7 @@ function Notices() {
       {earlier.map((n) => (
         // Said when it came (the newest then; not again now): shown on while a newer one is said below it.
         <div className="notice" data-testid="notice-earlier" key={n.seq} aria-live="off">
-          <span>{n.text}</span>
+          <NoticeText text={n.text} />
           <button
             type="button"
             className="small"
@@ -258,7 +275,7 @@ function Notices() {
           key={urgent ? 'alert' : 'notice'}
           role={urgent ? 'alert' : undefined}
         >
-          <span>{notice}</span>
+          <NoticeText text={notice} />
           <button type="button" className="small" aria-label="Dismiss the notice" onClick={() => setNotice(null)}>
             dismiss
           </button>

@@ -1,6 +1,6 @@
 /** The open thread's settings: presets, system prompt, sampling, limits, stop strings, overflow, JSON output. */
 import { type ReactNode, useEffect, useId, useRef, useState } from 'react';
-import type { McpStatus, Thread } from '../../shared/api';
+import { type McpStatus, STOP_MAX_CHARS, STOP_MAX_COUNT, type Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { SearchDefaults } from '../../shared/model-spec';
 import { reasoningWhere } from '../../shared/reasoning';
@@ -9,6 +9,7 @@ import { schemaProblem } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
 import { openOnArrow } from '../lib/open-on-arrow';
 import { presetInEffect, presetName } from '../lib/presets';
+import { readStops, stopsAsText } from '../lib/stop-strings';
 
 type NumField = {
   key: keyof SamplingSettings;
@@ -158,7 +159,9 @@ function useFieldErrors(): [
   const check = (key: string, field: HTMLInputElement | HTMLTextAreaElement, error: string | null) => {
     field.setCustomValidity(error ?? '');
     field.setAttribute('aria-invalid', error ? 'true' : 'false');
-    if (error) field.setAttribute('aria-describedby', fieldErrorId(key));
+    // The refusal, then the field's own hint where it has one (data-hint: the hint's id).
+    const described = [error ? fieldErrorId(key) : '', field.dataset.hint ?? ''].filter((id) => id !== '').join(' ');
+    if (described) field.setAttribute('aria-describedby', described);
     else field.removeAttribute('aria-describedby');
     setErrors((was) => {
       if ((was[key] ?? null) === error) return was;
@@ -175,6 +178,8 @@ function useFieldErrors(): [
 }
 
 const fieldErrorId = (name: string) => `setting-error-${name}`;
+/** The stop strings' hint: how a line writes a line break. */
+const STOP_HINT_ID = 'setting-stop-hint';
 
 /**
  * A field that can refuse its value: the label, then the refusal under it. The refusal is outside the label, so
@@ -684,9 +689,8 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
   };
   /** The stop strings typed (undefined: none), or null where they cannot be taken. */
   const readStop = (text: string) => {
-    const lines = text.split('\n').filter((l) => l.length > 0);
-    if (lines.length > 16 || lines.some((l) => l.length > 200)) return null;
-    return lines.length > 0 ? lines : undefined;
+    const read = readStops(text);
+    return 'error' in read ? null : read.stops;
   };
   const takeStop = (next: string[] | undefined | null) => {
     const t = latest();
@@ -734,6 +738,8 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               onChange={(e) => {
                 editing(f.key, e.target);
                 const v = readNumber(e.target, f);
+                // A seed of -1 is none (a random one): the field shows so at once, as it does when opened again.
+                if (f.key === 'seed' && v === -1) e.target.value = '';
                 takes.later(f.key, () => takeNumber(f, v));
               }}
               onBlur={(e) => {
@@ -814,26 +820,33 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
       <ReasoningEffort thread={thread} />
       <ToolsSetting thread={thread} />
       <Field name="stop" errors={errors} className="wide">
-        <label title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16.">
+        <label
+          title={`A reply ends where one of these would appear (the string itself is not shown). One per line, at most ${STOP_MAX_COUNT} of at most ${STOP_MAX_CHARS} characters.`}
+        >
           stop strings (one per line)
           <textarea
             className="mono"
             rows={2}
             data-testid="setting-stop"
-            defaultValue={(thread.stop ?? []).join('\n')}
-            placeholder={'e.g. ###\nUser:'}
+            data-hint={STOP_HINT_ID}
+            aria-describedby={STOP_HINT_ID}
+            defaultValue={stopsAsText(thread.stop)}
+            placeholder={'e.g. ###\n\\n\\nUser:'}
             onChange={(e) => {
               editing('stop', e.target);
               const next = readStop(e.target.value);
               takes.later('stop', () => takeStop(next));
             }}
             onBlur={(e) => {
-              const next = readStop(e.target.value);
-              check('stop', e.target, next === null ? 'at most 16 stop strings of at most 200 characters' : null);
-              takes.now('stop', () => takeStop(next));
+              const read = readStops(e.target.value);
+              check('stop', e.target, 'error' in read ? read.error : null);
+              takes.now('stop', () => takeStop('error' in read ? null : read.stops));
             }}
           />
         </label>
+        <span className="hint" id={STOP_HINT_ID} data-testid="setting-stop-hint">
+          In a line, \n is a line break, \t a tab and \\ a backslash.
+        </span>
       </Field>
       <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. A thinking model reasons first, then answers in JSON. Ask for JSON in your message too, so the model means it.">
         JSON output

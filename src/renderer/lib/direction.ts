@@ -127,3 +127,42 @@ export function rehypeDirection() {
 export function isolated(name: string): string {
   return `\u2068${name}\u2069`;
 }
+
+/** A run of a string made with {@link isolated}: a name set apart (`isolated`), or the text around it. */
+export interface IsolateRun {
+  text: string;
+  isolated: boolean;
+}
+
+/**
+ * A string made with {@link isolated} cut into its names and the text around them, its U+2068 and U+2069 marks
+ * left out, for a page to show each name in a <bdi> of its own: the same isolation, with no invisible characters in
+ * the text a person selects and copies. Marks a name holds itself stay in it (they are balanced inside the <bdi>); a
+ * U+2069 with no U+2068 open is text.
+ */
+export function isolateRuns(text: string): IsolateRun[] {
+  const runs: IsolateRun[] = [];
+  let depth = 0;
+  let start = 0;
+  const push = (end: number, inside: boolean) => {
+    if (end > start) runs.push({ text: text.slice(start, end), isolated: inside });
+  };
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '\u2068') {
+      if (depth === 0) {
+        push(i, false);
+        start = i + 1;
+      }
+      depth++;
+    } else if (c === '\u2069' && depth > 0) {
+      depth--;
+      if (depth === 0) {
+        push(i, true);
+        start = i + 1;
+      }
+    }
+  }
+  push(text.length, depth > 0);
+  return runs;
+}

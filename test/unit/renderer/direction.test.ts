@@ -6,6 +6,8 @@ import { describe, expect, it } from 'vitest';
 import {
   type DirNode,
   directionKeeper,
+  isolated,
+  isolateRuns,
   MARKDOWN_READ_CHARS,
   markdownDirection,
   setDirections,
@@ -117,5 +119,34 @@ describe('setDirections', () => {
     // Nothing strong: it follows its parent.
     expect(ol?.properties?.dir).toBeUndefined();
     expect(table?.properties?.dir).toBe('rtl');
+  });
+});
+
+describe('isolateRuns', () => {
+  it('cuts a string made with isolated() into its names and the text around them, without the marks', () => {
+    expect(isolateRuns(`The chat “${isolated('שלום!')}” was deleted.`)).toEqual([
+      { text: 'The chat “', isolated: false },
+      { text: 'שלום!', isolated: true },
+      { text: '” was deleted.', isolated: false },
+    ]);
+    expect(isolateRuns(`${isolated('a')} and ${isolated('b')}`)).toEqual([
+      { text: 'a', isolated: true },
+      { text: ' and ', isolated: false },
+      { text: 'b', isolated: true },
+    ]);
+    expect(isolateRuns('no names')).toEqual([{ text: 'no names', isolated: false }]);
+  });
+
+  it('keeps the marks a name holds itself inside it; a stray end mark is text, an unclosed name runs to the end', () => {
+    expect(isolateRuns(`x ${isolated('a\u2068b\u2069c')} y`)).toEqual([
+      { text: 'x ', isolated: false },
+      { text: 'a\u2068b\u2069c', isolated: true },
+      { text: ' y', isolated: false },
+    ]);
+    expect(isolateRuns('a\u2069b')).toEqual([{ text: 'a\u2069b', isolated: false }]);
+    expect(isolateRuns(`x ${isolated('a\u2068b')} y`)).toEqual([
+      { text: 'x ', isolated: false },
+      { text: 'a\u2068b\u2069 y', isolated: true },
+    ]);
   });
 });
