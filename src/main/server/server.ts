@@ -106,6 +106,7 @@ export interface ServerOptions {
   /**
    * How long a connection may stay open without a request in flight (none sent yet, or idle between them) before it
    * is closed; default 60 s. Node closes on its own only those that began one (headersTimeout, requestTimeout).
+   * A request body that stops coming for as long is answered 408 and its connection closed (readBody, receiveMultipart).
    */
   idleTimeoutMs?: number;
   /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
