@@ -98,6 +98,11 @@ export function serveCompletion(
   const argumentsStreamed = Array.from({ length: choices }, () => new Set<number>());
   // Each chat choice whose role chunk waits for its first words (textOrCalls).
   const roleWaits = new Array<boolean>(choices).fill(kind === 'chat' && textOrCalls(mapped.request));
+  // And the white space such a reply writes before any text (often before a call): held until text follows, dropped
+  // where the reply makes calls and writes nothing else (its content is null whole); null once text has begun.
+  const spaceHeld = new Array<string | null>(choices).fill(
+    kind === 'chat' && textOrCalls(mapped.request) && mapped.request.logprobs === undefined ? '' : null,
+  );
   // Each completion's text so far, where its tokens' offsets count characters.
   const texts =
     kind === 'completion' && mapped.request.logprobs !== undefined
@@ -143,15 +148,21 @@ export function serveCompletion(
             };
             if (kind === 'chat' && row.reasoning)
               sse(chunk(kind, h, [opened(reasoningChoice(i, row.reasoning))], usageNull));
-            // Text first: the role chunk as for any reply, its content "".
-            if (roleWaits[i] && (row.text.length > 0 || (row.logprobs?.length ?? 0) > 0))
-              sse(chunk(kind, h, [opened(deltaChoice(kind, i, '', true))], usageNull));
+            let text = row.text;
+            const held = spaceHeld[i];
+            if (held !== null && held !== undefined) {
+              if ((held + text).trim() === '') [spaceHeld[i], text] = [held + text, ''];
+              else [spaceHeld[i], text] = [null, held + text];
+            }
             const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
+            // Text first: the role chunk as for any reply, its content "".
+            if (roleWaits[i] && (text.length > 0 || withLogprobs))
+              sse(chunk(kind, h, [opened(deltaChoice(kind, i, '', true))], usageNull));
             const chars = texts?.[i];
             chars?.add(row.text);
-            if (row.text.length > 0 || withLogprobs) {
+            if (text.length > 0 || withLogprobs) {
               const lp = withLogprobs ? row.logprobs : undefined;
-              sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp, chars)], usageNull));
+              sse(chunk(kind, h, [deltaChoice(kind, i, text, false, lp, chars)], usageNull));
             }
             const streamed = argumentsStreamed[i] as Set<number>;
             if (kind === 'chat' && row.toolCallDeltas && row.toolCallDeltas.length > 0) {
@@ -181,11 +192,15 @@ export function serveCompletion(
           }
           const extras = kvdeskExtras(result);
           result.rows.forEach((row, i) => {
-            // A reply of no words at all: its role chunk, as any text reply's.
+            // A reply of no words at all, or of white space only: its role chunk, as any text reply's, and its text;
+            // white space beside calls is no content (as the whole reply's).
             if (roleWaits[i]) {
               roleWaits[i] = false;
               sse(chunk(kind, head as ReplyHeader, [deltaChoice(kind, i, '', true)], usageNull));
             }
+            const space = spaceHeld[i];
+            if (space && (callsSent[i] ?? 0) === 0 && argumentsStreamed[i]?.size === 0)
+              sse(chunk(kind, head as ReplyHeader, [deltaChoice(kind, i, space, false)], usageNull));
             sse(
               chunk(kind, head as ReplyHeader, [finalChoice(kind, i, row.finishReason)], {
                 ...usageNull,

@@ -1463,7 +1463,8 @@ describe('a call whose arguments repeat a key', () => {
       template: TEMPLATE,
       specials: ['<|end|>'],
       ends: ['<|end|>'],
-      script: (p) => p.tokenizer.encode(CALL, { addSpecialTokens: false }),
+      // (White space before the call, as models often write: no content, streamed or whole.)
+      script: (p) => p.tokenizer.encode(`\n\n${CALL}`, { addSpecialTokens: false }),
     });
     cold = await startTestServer({ kvBudgetBytes: BUDGET, promptCacheSessions: 0 }, { loadDefault: false });
     const loaded = await cold.hostApi.call('loadModel', { path: pkg.dir });
