@@ -11,6 +11,7 @@ import {
   allowedHostsOf,
   allowedOriginsOf,
   assertBindable,
+  DEFAULT_MAX_JSON_BYTES,
   DEFAULT_STATIC_DIR,
   isWildcard,
   lanAddresses,
@@ -64,7 +65,8 @@ serve options:
   --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
   --max-body SIZE          largest JSON request body of the API (default 32MiB; bigger ones get 413)
   --max-bodies SIZE        most bytes of request bodies held in memory at once, across requests (default 512MiB,
-                           or --max-body when larger; a body with no room now gets 503 and Retry-After)
+                           or --max-body when larger; at least --max-body; a body with no room now gets 503 and
+                           Retry-After)
   --max-message SIZE       largest message of the browser UI: a chat's save, attachments and all (default
                            256MiB; the page says a bigger one was not saved)
   --threads N              onnxruntime intra-op threads (default: every core)
@@ -247,6 +249,16 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const maxUpload = byteSizeFlag('max-upload', values['max-upload']);
     const maxBody = byteSizeFlag('max-body', values['max-body']);
     const maxBodies = byteSizeFlag('max-bodies', values['max-bodies']);
+    // A JSON body may be as large as --max-body, but never held if it is more than all bodies may be at once: every
+    // one between the two would be refused, with a 413 that names --max-bodies.
+    if (maxBodies !== undefined && maxBodies < (maxBody ?? DEFAULT_MAX_JSON_BYTES)) {
+      const body = maxBody !== undefined ? (values['max-body'] ?? '').trim() : '32MiB';
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `--max-bodies ${values['max-bodies']?.trim()} is less than --max-body ${body}${maxBody === undefined ? ' (its default)' : ''}: a JSON body between the two could never be read, each one a 413. Give --max-bodies ${body} or more, or a --max-body no larger than --max-bodies`,
+        { flag: 'max-bodies' },
+      );
+    }
     const maxMessage = byteSizeFlag('max-message', values['max-message']);
     // Both ends read a message into one JavaScript string, which V8 caps just under 512 MiB.
     if (maxMessage !== undefined && maxMessage > 500 * 1024 ** 2) {

@@ -6,6 +6,7 @@
  * (the user's answers to calls); what kvdesk cannot honour (images, documents, server tools) is refused with a
  * 400 naming it.
  */
+import { createHash } from 'node:crypto';
 import type {
   ChatMessage,
   GenerateRequest,
@@ -376,7 +377,28 @@ const MESSAGE_NULLS = { container: null, stop_details: null, diagnostics: null }
 /** A message id made from the host's request id. */
 export const messageId = (requestId: string) => `msg_${requestId.replaceAll('-', '')}`;
 
-const toolUse = (call: ToolCall, input: unknown) => ({ type: 'tool_use', id: call.id, name: call.name, input });
+const BASE62 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/**
+ * A call's id as Anthropic writes its own (`toolu_01` and 22 letters and digits): the host's ids are OpenAI's
+ * (`call_…`) or Mistral's 9 characters. Made from the host's id, so a call's streamed block and the whole reply say
+ * the same; an id already in Anthropic's form is kept. What comes back in `tool_use` / `tool_result` blocks is
+ * taken as it is (any id a client has, this one or another API's).
+ */
+export function anthropicToolId(id: string): string {
+  if (/^toolu_[A-Za-z0-9_-]+$/.test(id)) return id;
+  const digest = createHash('sha256').update(id).digest();
+  let out = 'toolu_01';
+  for (let i = 0; i < 22; i++) out += BASE62[(digest[i] as number) % BASE62.length];
+  return out;
+}
+
+const toolUse = (call: ToolCall, input: unknown) => ({
+  type: 'tool_use',
+  id: anthropicToolId(call.id),
+  name: call.name,
+  input,
+});
 
 /** A thinking block: kvdesk signs nothing, so its signature is empty. */
 const thinkingBlock = (thinking: string) => ({ type: 'thinking', thinking, signature: '' });

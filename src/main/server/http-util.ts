@@ -525,6 +525,7 @@ export class BodyBudget {
  * Reads a request body into memory, refusing (413) anything over `limit` bytes
  * before reading it when Content-Length says so, and while reading otherwise. With a `budget`, its bytes are
  * counted there as its chunks come (a Content-Length over the cap alone is refused at once), and given back once read.
+ * A body that stops coming for the connection's idle timeout is a 408 (bodyStalled).
  */
 export function readBody(req: IncomingMessage, limit: number, raise?: string, budget?: BodyBudget): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
@@ -584,6 +585,13 @@ export function readBody(req: IncomingMessage, limit: number, raise?: string, bu
       settle();
       reject(err);
     });
+    // A body that stops coming (a stalled client) holds its request, and its bytes, only until the connection's
+    // idle timeout: Node's requestTimeout would wait 300 s. The socket's timeout counts since its last byte.
+    req.on('timeout', () => {
+      if (done) return;
+      settle();
+      reject(bodyStalled(req.socket.timeout));
+    });
     // A client gone mid-body emits no 'end' (nor always an 'error'): its bytes are given back.
     req.on('close', () => {
       if (done) return;
@@ -591,6 +599,18 @@ export function readBody(req: IncomingMessage, limit: number, raise?: string, bu
       reject(new Error('the client closed the connection before the end of its body'));
     });
   });
+}
+
+/** A 408 for a body that stopped coming: nothing for `ms` (the connection's idle timeout); the connection closes. */
+export function bodyStalled(ms: number | undefined): HttpError {
+  const wait = ms === undefined ? 'a while' : ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`;
+  const err = httpError(
+    408,
+    `The request body stopped arriving: nothing came for ${wait}, so the request is dropped and its connection closed. Send the whole body without pausing.`,
+    'request_timeout',
+  );
+  err.headers.connection = 'close';
+  return err;
 }
 
 /** What is read and dropped of a body answered before it was read, at most, before its connection is closed. */

@@ -5,6 +5,7 @@ export {
   allowedHostsOf,
   allowedOriginsOf,
   assertBindable,
+  DEFAULT_MAX_JSON_BYTES,
   DEFAULT_STATIC_DIR,
   type RunningServer,
   type ServerOptions,

@@ -45,6 +45,13 @@ import {
 const forcedCall = (r: GenerateRequest): boolean =>
   (r.tools?.length ?? 0) > 0 && r.toolChoice !== undefined && r.toolChoice !== 'auto' && r.toolChoice !== 'none';
 
+/**
+ * Whether a reply may be text or calls (tools, tool_choice auto): its role chunk waits for the reply's first words,
+ * to say which, as OpenAI's: `content: ""` before text, `content: null` with the first of its calls.
+ */
+const textOrCalls = (r: GenerateRequest): boolean =>
+  (r.tools?.length ?? 0) > 0 && (r.toolChoice === undefined || r.toolChoice === 'auto');
+
 /** Prompt tokens for usage: one count per prompt, however many copies (n) ran. */
 function promptTokensOf(hostApi: HostApi, mapped: MappedRequest, result: GenerationResult): number {
   if (mapped.promptIdLengths) return mapped.promptIdLengths.reduce((a, b) => a + b, 0);
@@ -89,6 +96,13 @@ export function serveCompletion(
   // Calls streamed so far per choice: the next call's index; and the calls whose arguments went out as written.
   const callsSent = new Array<number>(choices).fill(0);
   const argumentsStreamed = Array.from({ length: choices }, () => new Set<number>());
+  // Each chat choice whose role chunk waits for its first words (textOrCalls).
+  const roleWaits = new Array<boolean>(choices).fill(kind === 'chat' && textOrCalls(mapped.request));
+  // And the white space such a reply writes before any text (often before a call): held until text follows, dropped
+  // where the reply makes calls and writes nothing else (its content is null whole); null once text has begun.
+  const spaceHeld = new Array<string | null>(choices).fill(
+    kind === 'chat' && textOrCalls(mapped.request) && mapped.request.logprobs === undefined ? '' : null,
+  );
   // Each completion's text so far, where its tokens' offsets count characters.
   const texts =
     kind === 'completion' && mapped.request.logprobs !== undefined
@@ -111,11 +125,12 @@ export function serveCompletion(
           if (!mapped.stream) return;
           head = { id: replyId(kind, frame.requestId), created, model: mapped.model };
           res.writeHead(200, SSE_HEADERS);
-          if (kind === 'chat') {
+          if (kind === 'chat' && !roleWaits[0]) {
             const role = forcedCall(mapped.request) ? 'call' : true;
             for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', role)], usageNull));
           } else {
-            // Completions have no role chunk; flushing the headers tells the client it was admitted.
+            // Completions have no role chunk, and a reply of text or calls sends its own with its first words: flushing
+            // the headers tells the client it was admitted.
             res.flushHeaders();
           }
           return;
@@ -124,22 +139,39 @@ export function serveCompletion(
           if (!mapped.stream || head === null) return;
           const h = head;
           frame.rows.forEach((row, i) => {
-            if (kind === 'chat' && row.reasoning) sse(chunk(kind, h, [reasoningChoice(i, row.reasoning)], usageNull));
+            /** A waiting role goes on this choice's first chunk: with `content` when its words say which. */
+            const opened = (choice: Record<string, unknown>, content?: '' | null) => {
+              if (!roleWaits[i]) return choice;
+              roleWaits[i] = false;
+              const role = content === undefined ? { role: 'assistant' } : { role: 'assistant', content };
+              return { ...choice, delta: { ...role, ...(choice.delta as Record<string, unknown>) } };
+            };
+            if (kind === 'chat' && row.reasoning)
+              sse(chunk(kind, h, [opened(reasoningChoice(i, row.reasoning))], usageNull));
+            let text = row.text;
+            const held = spaceHeld[i];
+            if (held !== null && held !== undefined) {
+              if ((held + text).trim() === '') [spaceHeld[i], text] = [held + text, ''];
+              else [spaceHeld[i], text] = [null, held + text];
+            }
             const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
+            // Text first: the role chunk as for any reply, its content "".
+            if (roleWaits[i] && (text.length > 0 || withLogprobs))
+              sse(chunk(kind, h, [opened(deltaChoice(kind, i, '', true))], usageNull));
             const chars = texts?.[i];
             chars?.add(row.text);
-            if (row.text.length > 0 || withLogprobs) {
+            if (text.length > 0 || withLogprobs) {
               const lp = withLogprobs ? row.logprobs : undefined;
-              sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp, chars)], usageNull));
+              sse(chunk(kind, h, [deltaChoice(kind, i, text, false, lp, chars)], usageNull));
             }
             const streamed = argumentsStreamed[i] as Set<number>;
             if (kind === 'chat' && row.toolCallDeltas && row.toolCallDeltas.length > 0) {
-              sse(chunk(kind, h, [toolCallDeltasChoice(i, row.toolCallDeltas)], usageNull));
+              sse(chunk(kind, h, [opened(toolCallDeltasChoice(i, row.toolCallDeltas), null)], usageNull));
               for (const d of row.toolCallDeltas) streamed.add(d.index);
             }
             if (row.toolCalls && row.toolCalls.length > 0) {
               const choice = toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0, streamed);
-              if (choice) sse(chunk(kind, h, [choice], usageNull));
+              if (choice) sse(chunk(kind, h, [opened(choice, null)], usageNull));
               callsSent[i] = (callsSent[i] ?? 0) + row.toolCalls.length;
             }
           });
@@ -160,6 +192,15 @@ export function serveCompletion(
           }
           const extras = kvdeskExtras(result);
           result.rows.forEach((row, i) => {
+            // A reply of no words at all, or of white space only: its role chunk, as any text reply's, and its text;
+            // white space beside calls is no content (as the whole reply's).
+            if (roleWaits[i]) {
+              roleWaits[i] = false;
+              sse(chunk(kind, head as ReplyHeader, [deltaChoice(kind, i, '', true)], usageNull));
+            }
+            const space = spaceHeld[i];
+            if (space && (callsSent[i] ?? 0) === 0 && argumentsStreamed[i]?.size === 0)
+              sse(chunk(kind, head as ReplyHeader, [deltaChoice(kind, i, space, false)], usageNull));
             sse(
               chunk(kind, head as ReplyHeader, [finalChoice(kind, i, row.finishReason)], {
                 ...usageNull,

@@ -248,6 +248,17 @@ function textFormat(body: Body): Record<string, unknown> {
   );
 }
 
+/**
+ * The `strict` a function tool is echoed with: whether kvdesk holds its calls' arguments to its whole schema,
+ * whatever the request said (as chat completions, kvdesk takes `strict` and does no more for it). A forced call
+ * (tool_choice `required`, or this tool named) is written as structured output to the schema, value bounds and all
+ * (what kvdesk cannot enforce is refused); in `auto` a call is held to its shape only, its value bounds not
+ * (`minimum`, `pattern`, …), in some forms not at all; with `none` it is not called.
+ */
+function heldToSchema(choice: ToolChoice | undefined, name: string): boolean {
+  return choice === 'required' || (typeof choice === 'object' && choice.name === name);
+}
+
 /** Translates a Responses body; throws HttpError 400 naming the parameter for malformed input. */
 export function mapResponsesRequest(input: unknown): MappedResponseRequest {
   if (!input || typeof input !== 'object' || Array.isArray(input)) {
@@ -305,12 +316,12 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
       max_output_tokens: maxTokens ?? null,
       temperature: temperature ?? null,
       top_p: topP ?? null,
-      tools: (tools ?? []).map(({ strict, ...t }) => ({
+      tools: (tools ?? []).map(({ strict: _, ...t }) => ({
         type: 'function',
         name: t.name,
         description: t.description ?? null,
         parameters: t.parameters ?? null,
-        strict: strict ?? null,
+        strict: heldToSchema(choice, t.name),
       })),
       tool_choice:
         choice === undefined ? 'auto' : typeof choice === 'string' ? choice : { type: 'function', name: choice.name },

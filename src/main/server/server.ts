@@ -106,6 +106,7 @@ export interface ServerOptions {
   /**
    * How long a connection may stay open without a request in flight (none sent yet, or idle between them) before it
    * is closed; default 60 s. Node closes on its own only those that began one (headersTimeout, requestTimeout).
+   * A request body that stops coming for as long is answered 408 and its connection closed (readBody, receiveMultipart).
    */
   idleTimeoutMs?: number;
   /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
@@ -135,6 +136,8 @@ const SHUTDOWN_GRACE_MS = 2000;
 const IDLE_CONNECTION_MS = 60_000;
 /** A base64 string of a JSON upload lives in one JS string; V8 caps those near 512 MiB. */
 const MAX_JSON_UPLOAD_BYTES = 256 * 1024 ** 2;
+/** Largest JSON body of the API routes, by default (ServerOptions.maxJsonBytes). */
+export const DEFAULT_MAX_JSON_BYTES = 32 * 1024 ** 2;
 /** Bytes of request bodies held in memory at once, by default (ServerOptions.maxBodiesBytes). */
 const DEFAULT_MAX_BODIES_BYTES = 512 * 1024 ** 2;
 
@@ -230,7 +233,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   assertBindable(bindHost, token);
   const staticDir = path.resolve(opts.staticDir ?? DEFAULT_STATIC_DIR);
   const maxUploadBytes = opts.maxUploadBytes ?? 2 * GIB;
-  const maxJsonBytes = opts.maxJsonBytes ?? 32 * 1024 ** 2;
+  const maxJsonBytes = opts.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES;
   const maxJsonValues = maxJsonValuesFor(maxJsonBytes);
   const bodies = new BodyBudget(
     opts.maxBodiesBytes ??

@@ -22,7 +22,7 @@ import busboy from 'busboy';
 import type { ImportedPackage } from '../../shared/api';
 import { KvdeskError, type Result } from '../../shared/errors';
 import { safeRelativePath, uploadPathCheck, uploadWriteError } from '../host/host-api';
-import { drainUnreadBody, errorFromInfo, HttpError, httpError, sendJson, tooLarge } from './http-util';
+import { bodyStalled, drainUnreadBody, errorFromInfo, HttpError, httpError, sendJson, tooLarge } from './http-util';
 
 /** A decoded upload, as HostApi.importFiles takes it. */
 export interface DecodedUpload {
@@ -165,6 +165,8 @@ export function receiveMultipart(
           'body',
         ),
       );
+    // A body that stops coming: answered once the connection's idle timeout passes with nothing, as a JSON body is.
+    req.on('timeout', () => fail(bodyStalled((req as { socket?: { timeout?: number } }).socket?.timeout)));
     parser.on('field', (field, value) => {
       if (field === 'name') name = value.trim();
     });

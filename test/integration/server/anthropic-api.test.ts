@@ -153,6 +153,8 @@ describe('POST /v1/messages', () => {
     expect(m.content).toHaveLength(1);
     const use = m.content[0] as Anthropic.ToolUseBlock;
     expect(use).toMatchObject({ type: 'tool_use', name: 'set_lamp' });
+    // Anthropic's form of id (as its own API makes them), not OpenAI's call_….
+    expect(use.id).toMatch(/^toolu_01[A-Za-z0-9]{22}$/);
     expect(typeof (use.input as { on: unknown }).on).toBe('boolean');
 
     const next = await client.messages.create({
@@ -174,6 +176,28 @@ describe('POST /v1/messages', () => {
       tool: { name: lamp.name, description: lamp.description, parameters: lamp.input_schema },
     });
     expect((next.usage.input_tokens ?? 0) + (next.usage.cache_read_input_tokens ?? 0)).toBe(chat);
+
+    // A call made elsewhere (OpenAI's call_… id, pasted into the conversation) and its result: taken as they are.
+    const pasted = 'call_9f2c1e07b4a5d6c3e8f1a2b0';
+    const other = await client.messages.create({
+      model: 'default',
+      messages: [
+        { role: 'user', content: 'Lamp on please' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: pasted, name: 'set_lamp', input: use.input }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: pasted, content: 'done' }] },
+      ],
+      tools: [lamp],
+      max_tokens: 4,
+    });
+    expect(other.role).toBe('assistant');
+    expect(other.content.length).toBeGreaterThan(0);
+    const otherChat = await chatPromptOfToolTurn(t.url, {
+      user: 'Lamp on please',
+      call: { id: pasted, name: use.name, arguments: JSON.stringify(use.input) },
+      result: 'done',
+      tool: { name: lamp.name, description: lamp.description, parameters: lamp.input_schema },
+    });
+    expect((other.usage.input_tokens ?? 0) + (other.usage.cache_read_input_tokens ?? 0)).toBe(otherChat);
   });
 
   it('streams a named tool call as a tool_use block whose input arrives as it is written, then tool_use', async () => {
@@ -190,10 +214,13 @@ describe('POST /v1/messages', () => {
     const types: string[] = [];
     let json = '';
     let stop: string | null = null;
+    let id = '';
     for await (const e of stream) {
       types.push(e.type);
-      if (e.type === 'content_block_start')
+      if (e.type === 'content_block_start') {
         expect(e.content_block).toMatchObject({ type: 'tool_use', name: 'set_lamp', input: {} });
+        id = (e.content_block as { id: string }).id;
+      }
       if (e.type === 'content_block_delta' && e.delta.type === 'input_json_delta') json += e.delta.partial_json;
       if (e.type === 'message_delta') stop = e.delta.stop_reason;
     }
@@ -211,6 +238,8 @@ describe('POST /v1/messages', () => {
     expect(final.content).toEqual([
       expect.objectContaining({ type: 'tool_use', name: 'set_lamp', input: JSON.parse(json) }),
     ]);
+    expect(id).toMatch(/^toolu_01[A-Za-z0-9]{22}$/);
+    expect((final.content[0] as Anthropic.ToolUseBlock).id).toBe(id);
   });
 
   it("a tool_use input has the model's own numbers, streamed or not (none rounded or rewritten)", async () => {

@@ -1256,6 +1256,20 @@ describe('tool calls', () => {
     expect(next.choices[0]?.message.role).toBe('assistant');
   });
 
+  it('tool_choice auto, a reply of text: its role chunk comes first, content "", then the text, as the whole reply', async () => {
+    const request = { model: 'default', messages: ask, tools, max_tokens: 6, temperature: 0 };
+    const whole = (await client.chat.completions.create(request)).choices[0];
+    expect(whole?.message.tool_calls ?? []).toEqual([]);
+    const deltas: Array<Record<string, unknown>> = [];
+    for await (const part of await client.chat.completions.create({ ...request, stream: true })) {
+      const choice = part.choices[0];
+      if (choice && !choice.finish_reason) deltas.push(choice.delta as Record<string, unknown>);
+    }
+    expect(deltas[0]).toEqual({ role: 'assistant', content: '' });
+    expect(deltas.slice(1).every((d) => Object.keys(d).join() === 'content')).toBe(true);
+    expect(deltas.map((d) => d.content).join('')).toBe(whole?.message.content);
+  });
+
   it("holds each call to its own tool's schema where two tools' Pydantic models share a $defs name", async () => {
     // Before: the second tool's "#/$defs/Item" was read in the first tool's parameters (place_order got {"flag": …}).
     const item = (key: string, type: string) => ({
@@ -1449,7 +1463,8 @@ describe('a call whose arguments repeat a key', () => {
       template: TEMPLATE,
       specials: ['<|end|>'],
       ends: ['<|end|>'],
-      script: (p) => p.tokenizer.encode(CALL, { addSpecialTokens: false }),
+      // (White space before the call, as models often write: no content, streamed or whole.)
+      script: (p) => p.tokenizer.encode(`\n\n${CALL}`, { addSpecialTokens: false }),
     });
     cold = await startTestServer({ kvBudgetBytes: BUDGET, promptCacheSessions: 0 }, { loadDefault: false });
     const loaded = await cold.hostApi.call('loadModel', { path: pkg.dir });
@@ -1481,9 +1496,13 @@ describe('a call whose arguments repeat a key', () => {
     let finish: string | null = null;
     let args = '';
     const names: string[] = [];
+    let opening: Record<string, unknown> | undefined;
     for await (const part of await c.chat.completions.create({ ...request, stream: true })) {
       const choice = part.choices[0];
       if (!choice) continue;
+      // tool_choice auto: the role waits for the reply's first words, and comes with its call, content null (the
+      // whole reply's content), as OpenAI sends it; not a role chunk of "" sent before anything was written.
+      opening ??= choice.delta as Record<string, unknown>;
       content += choice.delta.content ?? '';
       for (const d of choice.delta.tool_calls ?? []) {
         if (d.function?.name) names.push(d.function.name);
@@ -1491,6 +1510,11 @@ describe('a call whose arguments repeat a key', () => {
       }
       finish = choice.finish_reason ?? finish;
     }
+    expect(opening).toMatchObject({
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ index: 0, function: { name: 'f' } }],
+    });
     // The call streamed is the reply's call: not taken back as text at the end.
     expect(content).toBe('');
     expect(finish).toBe('tool_calls');

@@ -82,7 +82,7 @@ describe('kvdesk serve --port 0 (a real process)', () => {
         '--max-body',
         '64KiB',
         '--max-bodies',
-        '48KiB',
+        '64KiB',
         '--threads',
         '1',
         '--log-requests',
@@ -191,17 +191,18 @@ describe('kvdesk serve --port 0 (a real process)', () => {
   });
 
   it('applies --max-bodies: a body over the bodies held at once alone is a 413 that names the flag', async () => {
-    const body = JSON.stringify({ model: 'default', messages: [{ role: 'user', content: 'x'.repeat(50_000) }] });
-    const res = await fetch(`${url}/v1/chat/completions`, {
+    // A JSON upload counts among the bodies held (a JSON body that could be over them alone is refused at start).
+    const body = JSON.stringify({ name: 'big', files: [{ path: 'big/x.bin', dataBase64: 'A'.repeat(70_000) }] });
+    const res = await fetch(`${url}/api/models/upload`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body,
     });
     expect(res.status).toBe(413);
-    const err = ((await res.json()) as { error: { message: string; limit_bytes: number } }).error;
-    expect(err.limit_bytes).toBe(48 * 1024);
+    const err = ((await res.json()) as { error: { message: string; detail: { limitBytes: number } } }).error;
+    expect(err.detail.limitBytes).toBe(64 * 1024);
     expect(err.message).toMatch(
-      /more than the 49152 bytes of request bodies .* start kvdesk serve with a larger --max-bodies/,
+      /more than the 65536 bytes of request bodies .* start kvdesk serve with a larger --max-bodies/,
     );
     expect((await fetch(`${url}/health`)).status).toBe(200);
   });
@@ -597,6 +598,22 @@ describe('serve (in-process)', () => {
     err = '';
     expect(await serve(['--threads', ' '], io, { until: Promise.resolve() })).toBe(2);
     expect(err).toMatch(/^kvdesk: --threads expects an integer, got an empty value: give one, or leave the flag out/);
+  });
+
+  it('refuses --max-bodies under --max-body (exit 2), naming both and what to give', async () => {
+    let err = '';
+    const io = { out: () => {}, err: (s: string) => (err += s) };
+    // (Were it taken, the server would start and stop at once: `until` has come.)
+    const run = (flags: string[]) => serve([...flags, '--data-dir', os.tmpdir()], io, { until: Promise.resolve() });
+    expect(await run(['--max-body', '64KiB', '--max-bodies', '48KiB'])).toBe(2);
+    expect(err).toBe(
+      'kvdesk: --max-bodies 48KiB is less than --max-body 64KiB: a JSON body between the two could never be read, each one a 413. Give --max-bodies 64KiB or more, or a --max-body no larger than --max-bodies\n',
+    );
+    err = '';
+    expect(await run(['--max-bodies', '16MiB'])).toBe(2);
+    expect(err).toMatch(
+      /^kvdesk: --max-bodies 16MiB is less than --max-body 32MiB \(its default\): .*Give --max-bodies 32MiB or more/,
+    );
   });
 
   it('a port taken is said before any --model loads (exit 2)', async () => {

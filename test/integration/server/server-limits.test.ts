@@ -216,6 +216,101 @@ describe('a connection that sends nothing', () => {
   });
 });
 
+/**
+ * Sends a request's head and `pieces` of its body (Content-Length `length`), each after `gapMs`, then nothing more;
+ * resolves with the answer's status, Connection header and body, and whether the server closed the connection
+ * (within 10 s of the last piece).
+ */
+async function partialBody(
+  url: string,
+  path: string,
+  length: number,
+  pieces: string[],
+  gapMs = 0,
+  contentType = 'application/json',
+): Promise<{ status: number; connection: string | undefined; body: string; closed: boolean; ms: number }> {
+  const u = new URL(url);
+  const socket = net.connect(Number(u.port), u.hostname);
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  let received = '';
+  socket.on('data', (d: Buffer) => {
+    received += d.toString('utf8');
+  });
+  const closed = new Promise<boolean>((resolve) => {
+    socket.once('close', () => resolve(true));
+    socket.once('error', () => {});
+  });
+  socket.write(
+    `POST ${path} HTTP/1.1\r\nHost: ${u.host}\r\nContent-Type: ${contentType}\r\nContent-Length: ${length}\r\n\r\n`,
+  );
+  for (const piece of pieces) {
+    await new Promise((r) => setTimeout(r, gapMs));
+    socket.write(piece);
+  }
+  const sent = Date.now();
+  const wasClosed = await Promise.race([closed, new Promise<boolean>((r) => setTimeout(() => r(false), 10_000))]);
+  const ms = Date.now() - sent;
+  socket.destroy();
+  const [head = '', body = ''] = received.split('\r\n\r\n');
+  return {
+    status: Number(head.split(' ')[1]),
+    connection: /\r\nconnection: ([^\r]*)/i.exec(head)?.[1],
+    body,
+    closed: wasClosed,
+    ms,
+  };
+}
+
+describe('a body that stops coming', () => {
+  it("is answered 408 in its API's shape after the idle timeout, and its connection closed", async () => {
+    const shapes: Array<[string, (body: Record<string, unknown>) => unknown]> = [
+      ['/v1/chat/completions', (b) => (b.error as { code: string }).code],
+      ['/v1/messages', (b) => [b.type, (b.error as { type: string }).type]],
+      ['/api/chat', (b) => typeof b.error],
+    ];
+    const expected: unknown[] = ['request_timeout', ['error', 'invalid_request_error'], 'string'];
+    for (const [i, [path, shape]] of shapes.entries()) {
+      const r = await partialBody(t.url, path, 200, ['{"model": "default", "messa']);
+      expect(r.status, path).toBe(408);
+      expect(r.connection).toBe('close');
+      expect(r.closed).toBe(true);
+      // The idle timeout is 400 ms here: well before Node's requestTimeout (300 s).
+      expect(r.ms).toBeLessThan(5_000);
+      const body = JSON.parse(r.body) as Record<string, unknown>;
+      expect(shape(body), path).toEqual(expected[i]);
+      expect(JSON.stringify(body)).toMatch(/The request body stopped arriving: nothing came for 400 ms/);
+    }
+    // A browser's upload (streamed to disk as it comes) too, in the upload's own answer.
+    const r = await partialBody(
+      t.url,
+      '/api/models/upload',
+      100_000,
+      ['--b\r\nContent-Disposition: form-data; name="file"; filename="m/config.json"\r\n\r\n{"a'],
+      0,
+      'multipart/form-data; boundary=b',
+    );
+    expect(r.status).toBe(408);
+    expect(r.closed).toBe(true);
+    expect(JSON.parse(r.body)).toMatchObject({
+      ok: false,
+      error: { message: expect.stringMatching(/^The request body stopped arriving/) },
+    });
+    await health(t.url);
+  });
+
+  it('a body that keeps coming, slowly, is read whole however long it takes', async () => {
+    const body = JSON.stringify({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] });
+    // Eight pieces 250 ms apart: two seconds in all, each gap under the 400 ms idle timeout.
+    const pieces = Array.from({ length: 8 }, (_, k) => body.slice((k * body.length) / 8, ((k + 1) * body.length) / 8));
+    const r = await partialBody(t.url, '/v1/chat/completions', Buffer.byteLength(body), pieces, 250);
+    expect(r.status).toBe(404);
+    expect(r.body).toMatch(/no-such-model/);
+  });
+});
+
 describe.skipIf(!haveFixtures)(
   `a prompt too long for the context, by its length alone${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
   () => {

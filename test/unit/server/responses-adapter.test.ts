@@ -71,6 +71,27 @@ describe('mapResponsesRequest', () => {
   });
 });
 
+describe("a function tool's strict, echoed", () => {
+  const tools = [
+    { type: 'function', name: 'a', parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } },
+    { type: 'function', name: 'b', parameters: { type: 'object', properties: {} }, strict: true },
+    { type: 'function', name: 'c', parameters: { type: 'object', properties: {} }, strict: false },
+  ];
+  const strict = (tool_choice?: unknown) =>
+    (mapResponsesRequest({ model: 'm', input: 'x', tools, tool_choice }).echo.tools as Array<{ strict: unknown }>).map(
+      (t) => t.strict,
+    );
+  it('says whether kvdesk holds the calls to the whole schema, not what was asked (never null)', () => {
+    // auto: a call the model opens is held to its shape, its value bounds not (minimum, pattern, …).
+    expect(strict()).toEqual([false, false, false]);
+    expect(strict('auto')).toEqual([false, false, false]);
+    expect(strict('none')).toEqual([false, false, false]);
+    // A forced call is structured output to the tool's schema.
+    expect(strict('required')).toEqual([true, true, true]);
+    expect(strict({ type: 'function', name: 'c' })).toEqual([false, false, true]);
+  });
+});
+
 describe('ResponseEvents', () => {
   const head = { id: 'resp_abc', created_at: 1, model: 'm' };
   const echo = mapResponsesRequest({ model: 'm', input: 'x' }).echo;
