@@ -1040,7 +1040,6 @@ export class RunnerService {
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
       if (messages) {
         if (req.continueFinal) checkContinuation(req, messages, tools);
-        const suffixLength = tools?.suffix.length ?? 0;
         // Leaving out the oldest turns, only a prompt of the last turn alone is surely refused when too long (a longer
         // one leaves out more instead): the messages (not system ones) it keeps.
         const starts = turnStarts(messages);
@@ -1057,21 +1056,19 @@ export class RunnerService {
             tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
           const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
           const turns = toolChatTurns(all, tools?.shown, native, form);
-          const apply = (close: string) =>
-            applyChat(tok, spec.chatTemplate, turns.messages, {
-              ...(spec.chatTemplateEdited
-                ? { source: 'chat template of your own', fix: "Fix it, or load the model with the package's own." }
-                : { source: `chat template in ${spec.chatTemplateSource ?? 'the package'}` }),
-              ...(turns.tools ? { tools: turns.tools } : {}),
-              ...(close || tools?.suffix ? { suffix: close + (tools?.suffix ?? '') } : {}),
-              ...(req.continueFinal ? { continueFinal: true } : {}),
-              ...(thinking ? { vars: thinking } : {}),
-              ...(beforeEncode ? { beforeEncode } : {}),
-            });
-          let applied = apply('');
-          // A thinking model told not to think (without a switch), or written to a grammar: its reasoning closed.
-          const close = closingSuffix(req, spec, tools, applied.text.slice(0, applied.text.length - suffixLength));
-          if (close) applied = apply(close);
+          const applied = applyChat(tok, spec.chatTemplate, turns.messages, {
+            ...(spec.chatTemplateEdited
+              ? { source: 'chat template of your own', fix: "Fix it, or load the model with the package's own." }
+              : { source: `chat template in ${spec.chatTemplateSource ?? 'the package'}` }),
+            ...(turns.tools ? { tools: turns.tools } : {}),
+            // A thinking model told not to think (without a switch), or written to a grammar: its reasoning closed
+            // (chosen from the rendered text, which is rendered and tokenized once with it).
+            closing: (text) => closingSuffix(req, spec, tools, text),
+            ...(tools?.suffix ? { suffix: tools.suffix } : {}),
+            ...(req.continueFinal ? { continueFinal: true } : {}),
+            ...(thinking ? { vars: thinking } : {}),
+            ...(beforeEncode ? { beforeEncode } : {}),
+          });
           rendered = applied.text;
           return applied.ids;
         };
