@@ -59,14 +59,15 @@ import { withModelId } from '../packages/spec-assembly';
 import { createScheduler, formatBytesApart, type Scheduler } from '../scheduler';
 import {
   type AnswerPart,
-  applyChat,
   createHarmonySplitter,
   createReasoningSplitter,
   createStopMatcher,
   createStreamDecoder,
+  encodeChat,
   loadTokenizer,
   type ReasoningSplitter,
   type ReasoningState,
+  renderChat,
   type TextTokenizer,
 } from '../tokenizer';
 import { afterLongTexts, deferringLongTexts, LongTextPending, MAX_DEFERRALS } from '../tokenizer/off-thread';
@@ -992,6 +993,8 @@ export class RunnerService {
      * is refused before it is tokenized (TextTokenizer.fewestTokens). Measuring counts it instead.
      */
     refusing = false,
+    /** What earlier passes preparing this same request rendered (see PromptMemo). */
+    memo?: PromptMemo,
   ): {
     rows: number[][];
     tools: ToolPlan | undefined;
@@ -1040,40 +1043,53 @@ export class RunnerService {
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
       if (messages) {
         if (req.continueFinal) checkContinuation(req, messages, tools);
-        const suffixLength = tools?.suffix.length ?? 0;
         // Leaving out the oldest turns, only a prompt of the last turn alone is surely refused when too long (a longer
         // one leaves out more instead): the messages (not system ones) it keeps.
         const starts = turnStarts(messages);
         const lastTurnOnly = messages.filter((m) => m.role !== 'system').length - (starts[starts.length - 1] as number);
-        const render = (kept: ChatMessage[]): number[] => {
+        // The prompts of the kept conversations an earlier pass over this request made, or rendered and began to
+        // tokenize (a kept conversation is all system messages and the newest others: its length says which it is).
+        const made = memo && keptPrompts(memo, model, req);
+        // (`keep`: false for a conversation other than the request's, as markupOutOfVocab renders.)
+        const render = (kept: ChatMessage[], keep = true): number[] => {
+          const found = keep ? made?.get(kept.length) : undefined;
+          if (found?.ids) {
+            rendered = found.text;
+            return found.ids;
+          }
           const beforeEncode =
             req.contextOverflow !== 'drop-oldest' || kept.filter((m) => m.role !== 'system').length <= lastTurnOnly
               ? surely
               : undefined;
-          const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...kept] : kept;
-          // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
-          // Without tools this request, earlier calls and results still go to a template that shows tools its way.
-          const native =
-            tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
-          const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
-          const turns = toolChatTurns(all, tools?.shown, native, form);
-          const apply = (close: string) =>
-            applyChat(tok, spec.chatTemplate, turns.messages, {
+          let text = found?.text;
+          if (text === undefined) {
+            const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...kept] : kept;
+            // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
+            // Without tools this request, earlier calls and results still go to a template that shows tools its way.
+            const native =
+              tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
+            const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
+            const turns = toolChatTurns(all, tools?.shown, native, form);
+            text = renderChat(tok, spec.chatTemplate, turns.messages, {
               ...(spec.chatTemplateEdited
                 ? { source: 'chat template of your own', fix: "Fix it, or load the model with the package's own." }
                 : { source: `chat template in ${spec.chatTemplateSource ?? 'the package'}` }),
               ...(turns.tools ? { tools: turns.tools } : {}),
-              ...(close || tools?.suffix ? { suffix: close + (tools?.suffix ?? '') } : {}),
+              // A thinking model told not to think (without a switch), or written to a grammar: its reasoning closed
+              // (chosen from the rendered text, which is rendered and tokenized once with it).
+              closing: (t) => closingSuffix(req, spec, tools, t),
+              ...(tools?.suffix ? { suffix: tools.suffix } : {}),
               ...(req.continueFinal ? { continueFinal: true } : {}),
               ...(thinking ? { vars: thinking } : {}),
-              ...(beforeEncode ? { beforeEncode } : {}),
-            });
-          let applied = apply('');
-          // A thinking model told not to think (without a switch), or written to a grammar: its reasoning closed.
-          const close = closingSuffix(req, spec, tools, applied.text.slice(0, applied.text.length - suffixLength));
-          if (close) applied = apply(close);
-          rendered = applied.text;
-          return applied.ids;
+            }).text;
+          }
+          const entry: { text: string; ids?: number[] } = { text };
+          // Kept before it is tokenized: a long one waits to be tokenized off the thread, and is not rendered again.
+          if (keep) made?.set(kept.length, entry);
+          beforeEncode?.(text);
+          entry.ids = encodeChat(tok, text);
+          rendered = text;
+          return entry.ids;
         };
         try {
           if (req.contextOverflow === 'drop-oldest') {
@@ -1090,7 +1106,12 @@ export class RunnerService {
             rows = [render(messages)];
           }
         } catch (err) {
-          throw markupOutOfVocab(err, () => render(messages.map((m) => ({ ...m, content: '' }))));
+          throw markupOutOfVocab(err, () =>
+            render(
+              messages.map((m) => ({ ...m, content: '' })),
+              false,
+            ),
+          );
         }
       } else {
         surely?.(req.prompt ?? '');
@@ -1183,7 +1204,8 @@ export class RunnerService {
    * written; Anthropic's count_tokens).
    */
   measurePromptOffThread(input: unknown, opts: { countUpTo?: number } = {}): Promise<PromptMeasure> {
-    return afterLongTexts(() => this.measurePrompt(input, opts));
+    const memo = newPromptMemo();
+    return afterLongTexts(() => this.measurePrompt(input, opts, memo));
   }
 
   /**
@@ -1191,14 +1213,15 @@ export class RunnerService {
    * context, and the messages `drop-oldest` would leave out. `countUpTo`: a conversation sent whole (not
    * `drop-oldest`) is counted only until its newest turns pass that many tokens (`countedUpTo` then says so, and
    * `promptTokens` is what those turns alone have): a chat of tens of MB is not counted whole to say it is longer
-   * than the context (that took minutes, and held every other request).
+   * than the context (that took minutes, and held every other request). `memo`: the prompts an earlier pass over this
+   * request made (measurePromptOffThread runs it again after each wait).
    */
-  measurePrompt(input: unknown, { countUpTo }: { countUpTo?: number } = {}): PromptMeasure {
+  measurePrompt(input: unknown, { countUpTo }: { countUpTo?: number } = {}, memo?: PromptMemo): PromptMeasure {
     const parsed = GenerateRequest.safeParse(input);
     if (!parsed.success) throw invalidRequest(parsed.error);
     const req = parsed.data;
     const model = this.resolveModel(req.model);
-    const { rows, contextDrop, partial } = this.buildRows(req, model, countUpTo);
+    const { rows, contextDrop, partial } = this.buildRows(req, model, countUpTo, false, memo);
     return {
       promptTokens: Math.max(...rows.map((r) => r.length)),
       contextLength: model.spec.contextLength,
@@ -1236,18 +1259,29 @@ export class RunnerService {
     };
     this.reloadWaits.set(requestId, wait);
     this.reloadChanged('waits');
-    return this.startAfter(requestId, input, sink, reload, reload, timeoutMs, 'while its model loaded again', 0, () => {
-      // Only this wait's entry (a request that waits again, for a later load, holds a new one).
-      if (this.reloadWaits.get(requestId) === wait) this.reloadWaits.delete(requestId);
-      this.reloadChanged('waits');
-    });
+    return this.startAfter(
+      requestId,
+      input,
+      sink,
+      reload,
+      reload,
+      timeoutMs,
+      'while its model loaded again',
+      0,
+      undefined,
+      () => {
+        // Only this wait's entry (a request that waits again, for a later load, holds a new one).
+        if (this.reloadWaits.get(requestId) === wait) this.reloadWaits.delete(requestId);
+        this.reloadChanged('waits');
+      },
+    );
   }
 
   /**
    * A request that starts once `until` settles (its model loaded again, its long texts tokenized off the thread):
-   * generateAs then, with what is left of its time limit (`waited`, `deferrals`: as generateAs takes them). Stopped
-   * before (cancelled, its time limit passed `while` it waited), it is refused as not started. `onSettled`: it
-   * started or stopped.
+   * generateAs then, with what is left of its time limit (`waited`, `deferrals`, `memo`: as generateAs takes them).
+   * Stopped before (cancelled, its time limit passed `while` it waited), it is refused as not started. `onSettled`:
+   * it started or stopped.
    */
   private startAfter(
     requestId: string,
@@ -1258,6 +1292,7 @@ export class RunnerService {
     timeoutMs: number | undefined,
     while_: string,
     deferrals: number,
+    memo: PromptMemo | undefined,
     onSettled?: () => void,
   ): GenerationHandle {
     let started: GenerationHandle | undefined;
@@ -1288,6 +1323,7 @@ export class RunnerService {
         sink,
         waited,
         deferrals,
+        memo,
       );
       return started.result;
     });
@@ -1335,7 +1371,8 @@ export class RunnerService {
 
   /**
    * `waited`: the reload the request has waited for (it does not wait for that one again); `deferrals`: how many
-   * times it has waited for its long texts to be tokenized off the thread (off-thread.ts).
+   * times it has waited for its long texts to be tokenized off the thread (off-thread.ts); `memo`: the prompts its
+   * earlier passes rendered (each wait prepares it again).
    */
   private generateAs(
     requestId: string,
@@ -1343,6 +1380,7 @@ export class RunnerService {
     sink: (frame: StreamFrame) => void,
     waited?: Promise<unknown>,
     deferrals = 0,
+    memo: PromptMemo = newPromptMemo(),
   ): GenerationHandle {
     // Closing: nothing new starts (it would only hold the quit until it is cut).
     if (this.closed) {
@@ -1378,7 +1416,7 @@ export class RunnerService {
       let counted: number[][];
       // Its long texts are tokenized off the host's thread first (off-thread.ts): then it is prepared again.
       const build = () => {
-        const built = this.buildRows(req, model, refuseOver, true);
+        const built = this.buildRows(req, model, refuseOver, true, memo);
         // A predicted output is tokenized at admission: a long one is so here first, off the thread, and found kept.
         if (req.prediction !== undefined) model.tokenizer.encode(req.prediction, { addSpecialTokens: false });
         return built;
@@ -1404,7 +1442,7 @@ export class RunnerService {
       if (err instanceof LongTextPending) {
         const timeoutMs = parsed.data.timeoutMs;
         const tokenizing = 'while its prompt was tokenized';
-        return this.startAfter(requestId, input, sink, err.ready, waited, timeoutMs, tokenizing, deferrals + 1);
+        return this.startAfter(requestId, input, sink, err.ready, waited, timeoutMs, tokenizing, deferrals + 1, memo);
       }
       return { requestId, result: Promise.reject(err), cancel: () => {} };
     }
@@ -1695,6 +1733,37 @@ function loadCancelled(id: string): KvdeskError {
   return new KvdeskError('CANCELLED', `loading model ${id} was cancelled (shutdown): kvdesk is closing`, {
     reason: 'shutdown',
   });
+}
+
+/**
+ * A request's chat prompts as rendered and tokenized, kept between the passes that prepare it: a pass that meets a
+ * long text not tokenized yet stops, and runs again once it is (off-thread.ts), rendering every prompt it had
+ * made again — drop-oldest's search meets one more long prompt each pass, so a long chat was rendered ~80 times
+ * and its shorter prompts tokenized each time on the host's thread, which every stream and client waits on. Kept
+ * for the model (its template and tokenizer) and the request they were made for, by how many messages were kept.
+ */
+export interface PromptMemo {
+  model?: LoadedModel;
+  /** The request they were made for (its time limit aside: what is left of it goes to each pass). */
+  request?: GenerateRequest;
+  /** A prompt's text, and its ids once it was tokenized. */
+  prompts: Map<number, { text: string; ids?: number[] }>;
+}
+
+export function newPromptMemo(): PromptMemo {
+  return { prompts: new Map() };
+}
+
+/** The memo's prompts, emptied first when they were made for another model or request. */
+function keptPrompts(memo: PromptMemo, model: LoadedModel, req: GenerateRequest): PromptMemo['prompts'] {
+  const fields = (r: GenerateRequest) => JSON.stringify({ ...r, timeoutMs: undefined });
+  // (Compared only once there is something to keep: most requests are prepared in one pass.)
+  const same =
+    memo.model === model && (memo.prompts.size === 0 || (memo.request && fields(memo.request) === fields(req)));
+  if (!same) memo.prompts.clear();
+  memo.model = model;
+  memo.request = req;
+  return memo.prompts;
 }
 
 /**

@@ -545,6 +545,31 @@ export interface AppliedChat {
   usedDefaultTemplate: boolean;
 }
 
+/** Options of {@link applyChat} and {@link renderChat}. */
+export interface ApplyChatOptions {
+  addGenerationPrompt?: boolean;
+  source?: string;
+  /** What to do about a template that does not render (RenderChatOptions.fix). */
+  fix?: string;
+  tools?: unknown[];
+  /** More variables for the template (e.g. `enable_thinking`). */
+  vars?: Record<string, unknown>;
+  /** Text after the rendered prompt: the start of the reply the model is made to write (a tool call's opening). */
+  suffix?: string;
+  /**
+   * Text put between the rendered prompt and `suffix`, chosen from what the template wrote (a thinking model's
+   * reasoning closed for it): the template is rendered once, whatever this adds.
+   */
+  closing?: (rendered: string) => string;
+  /**
+   * The final message is an assistant's reply to continue (transformers' continue_final_message): the prompt
+   * ends where its text ends, with no end-of-turn after it and no new reply opened.
+   */
+  continueFinal?: boolean;
+  /** Sees the rendered text before it is encoded (and may refuse it: a prompt surely too long to tokenize). */
+  beforeEncode?: (text: string) => void;
+}
+
 /**
  * Renders the package's chat template (ChatML when it has none) and encodes the prompt. The
  * template owns the special tokens, so the post-processor is not applied (it would add a second
@@ -555,25 +580,20 @@ export function applyChat(
   tok: TextTokenizer,
   template: string | undefined,
   messages: ChatMessage[],
-  opts?: {
-    addGenerationPrompt?: boolean;
-    source?: string;
-    /** What to do about a template that does not render (RenderChatOptions.fix). */
-    fix?: string;
-    tools?: unknown[];
-    /** More variables for the template (e.g. `enable_thinking`). */
-    vars?: Record<string, unknown>;
-    /** Text after the rendered prompt: the start of the reply the model is made to write (a tool call's opening). */
-    suffix?: string;
-    /**
-     * The final message is an assistant's reply to continue (transformers' continue_final_message): the prompt
-     * ends where its text ends, with no end-of-turn after it and no new reply opened.
-     */
-    continueFinal?: boolean;
-    /** Sees the rendered text before it is encoded (and may refuse it: a prompt surely too long to tokenize). */
-    beforeEncode?: (text: string) => void;
-  },
+  opts?: ApplyChatOptions,
 ): AppliedChat {
+  const { text, usedDefaultTemplate } = renderChat(tok, template, messages, opts);
+  opts?.beforeEncode?.(text);
+  return { text, ids: encodeChat(tok, text), usedDefaultTemplate };
+}
+
+/** The prompt text {@link applyChat} encodes: the template rendered, its closing and suffix after it. */
+export function renderChat(
+  tok: TextTokenizer,
+  template: string | undefined,
+  messages: ChatMessage[],
+  opts?: ApplyChatOptions,
+): { text: string; usedDefaultTemplate: boolean } {
   const chosen = template !== undefined && template.trim() !== '' ? template : undefined;
   const usedDefaultTemplate = chosen === undefined;
   const renderOpts: RenderChatOptions = {
@@ -588,17 +608,21 @@ export function applyChat(
   if (opts?.tools) renderOpts.tools = opts.tools;
   if (opts?.vars) renderOpts.vars = opts.vars;
   const template_ = chosen ?? DEFAULT_CHAT_TEMPLATE;
-  const text =
-    (opts?.continueFinal
-      ? continuedRender(template_, messages, renderOpts)
-      : renderChatTemplate(template_, messages, renderOpts)) + (opts?.suffix ?? '');
-  opts?.beforeEncode?.(text);
+  const rendered = opts?.continueFinal
+    ? continuedRender(template_, messages, renderOpts)
+    : renderChatTemplate(template_, messages, renderOpts);
+  return { text: rendered + (opts?.closing?.(rendered) ?? '') + (opts?.suffix ?? ''), usedDefaultTemplate };
+}
+
+/** A rendered chat prompt's ids, as {@link applyChat} encodes it (BOS put first where the template did not write it). */
+export function encodeChat(tok: TextTokenizer, text: string): number[] {
+  const bos = tok.specialTokens.bos;
   const ids = tok.encode(text, { addSpecialTokens: false });
   if (tok.addBosToken && bos && ids[0] !== bos.id) {
     tok.validateIds([bos.id]);
     ids.unshift(bos.id);
   }
-  return { text, ids, usedDefaultTemplate };
+  return ids;
 }
 
 /** Stands in for the text of a final message to continue while the template renders (no template makes it up). */

@@ -1,9 +1,12 @@
 export {
   type AppliedChat,
+  type ApplyChatOptions,
   applyChat,
   type ChatMessage,
   DEFAULT_CHAT_TEMPLATE,
+  encodeChat,
   type RenderChatOptions,
+  renderChat,
   renderChatTemplate,
 } from './chat-template';
 export { createHarmonySplitter } from './harmony-splitter';

@@ -6,8 +6,9 @@
 import { cpSync, mkdtempSync, rmSync, utimesSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Template } from '@huggingface/jinja';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import { loadTokenizer, type TextTokenizer } from '../../../src/main/tokenizer';
 import {
@@ -180,5 +181,50 @@ describe('a request with a long prompt', () => {
     });
     expect(frames).toEqual([]);
     expect(runner.snapshot().queue).toEqual([]);
+  });
+
+  /** Chat template renders while `fn` runs (every render goes through the library's Template.render). */
+  async function rendersOf<T>(fn: () => Promise<T>): Promise<{ value: T; renders: number }> {
+    const spy = vi.spyOn(Template.prototype, 'render');
+    try {
+      const value = await fn();
+      return { value, renders: spy.mock.calls.length };
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  it('a long conversation cut to fit (drop-oldest): each prompt tried is rendered once, over all its waits', async () => {
+    // 200 turns of ~400 characters: five times the context, so the search for the turns to keep meets a long prompt
+    // not tokenized yet in each of several passes, and each wait prepares the request again.
+    const messages = Array.from({ length: 201 }, (_, i) => ({
+      role: i % 2 ? ('assistant' as const) : ('user' as const),
+      content: longText(400, i, ['river', 'town', 'the', 'Willow', 'and']),
+    }));
+    const req = { model: MODEL, messages, contextOverflow: 'drop-oldest', maxNewTokens: 1, sampling: { greedy: true } };
+    // One pass, everything tokenized on the host: each prompt the search tries is rendered once.
+    const once = await rendersOf(async () => runner.countPromptTokens(req));
+    const passes = vi.spyOn(runner as unknown as { generateAs: () => unknown }, 'generateAs');
+    const accepted: number[] = [];
+    const generated = await rendersOf(() => {
+      const h = runner.generate(req, (f) => {
+        if (f.type !== 'accepted') return;
+        accepted.push(f.promptTokens);
+        // Prepared, its renders all made: stopped (a prefill of 16k tokens takes seconds).
+        setImmediate(() => h.cancel());
+      });
+      return h.result.catch((err: unknown) => err);
+    });
+    const prepared = passes.mock.calls.length;
+    passes.mockRestore();
+    expect(generated.value).toMatchObject({ code: 'CANCELLED' });
+    expect(accepted).toEqual([once.value]);
+    expect(prepared).toBeGreaterThan(2);
+    // Each pass rendered again every prompt an earlier one had (84 renders of these 13).
+    expect(generated.renders).toBe(once.renders);
+    // The window's meter, off the thread: the same.
+    const measured = await rendersOf(() => runner.measurePromptOffThread(req));
+    expect(measured.value.promptTokens).toBe(once.value);
+    expect(measured.renders).toBe(once.renders);
   });
 });

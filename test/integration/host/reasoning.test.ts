@@ -7,7 +7,8 @@
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Template } from '@huggingface/jinja';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import type { ChatMessage, GenerateRequest, GenerationResult, StreamFrame } from '../../../src/shared/contract';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
@@ -319,6 +320,19 @@ describe('a thinking model', () => {
     expect(r.text).toBe(decode(r.tokenIds));
     const always = await h.generate({ model: 'always', messages: ASK, thinking: true, maxNewTokens: 2 }).result;
     expect(always.reasoning?.length).toBeGreaterThan(0);
+  });
+
+  it('a prompt whose reasoning is closed for it is rendered and tokenized once', () => {
+    const renders = vi.spyOn(Template.prototype, 'render');
+    const encodes = vi.spyOn(h.tokenizerOf('always'), 'encode');
+    try {
+      h.measurePrompt({ model: 'always', messages: ASK, thinking: false });
+      // The closing is chosen from the rendered text: it was rendered and tokenized, then again with the closing.
+      expect([renders.mock.calls.length, encodes.mock.calls.length]).toEqual([1, 1]);
+    } finally {
+      renders.mockRestore();
+      encodes.mockRestore();
+    }
   });
 
   it('refuses thinking for a model that does not think, and for a prompt without a chat template', async () => {
