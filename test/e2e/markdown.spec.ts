@@ -404,3 +404,51 @@ test('right-to-left text reads right to left, each block of a reply in its own d
   await expect(app.getByTestId('thread-item')).toHaveCount(1);
   await search.fill('');
 });
+
+test('KaTeX and highlight.js are loaded with the first reply that needs them, not with the page', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  const mathId = `t-lazy-math-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id: mathId,
+    title: 'Lazy math',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u', role: 'user', content: 'Solve it', createdAt: now },
+      { id: 'a', role: 'assistant', content: 'It is \\( x = 2 \\), and:\n\n```python\nx = 2\n```', createdAt: now + 1 },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  const plainId = await openSavedChat(app, server, 'lazy-plain', [
+    { id: 'u', role: 'user', content: 'Hello' },
+    { id: 'a', role: 'assistant', content: 'Just words: nothing to typeset, nothing to colour.' },
+  ]);
+  // The page as it opens with that chat (the last one open) and nothing else: no math, no code.
+  await expect
+    .poll(
+      async () => {
+        await app.reload();
+        await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+        return app.getByTestId('chat-view').getAttribute('data-thread-id');
+      },
+      { timeout: 15_000 },
+    )
+    .toBe(plainId);
+  await expect(lastReply(app)).toContainText('Just words');
+  const extrasLoaded = () =>
+    app.evaluate(() =>
+      (globalThis as unknown as { performance: { getEntriesByType(t: string): Array<{ name: string }> } }).performance
+        .getEntriesByType('resource')
+        .some((e) => /markdown-extras/.test(e.name)),
+    );
+  expect(await extrasLoaded()).toBe(false);
+  // A reply with math and code: they come, and it is typeset and coloured.
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${mathId}"]`).click();
+  const reply = lastReply(app);
+  await expect(reply.locator('.katex')).toHaveCount(1);
+  await expect(reply.locator('pre code .hljs-keyword, pre code .hljs-number').first()).toBeVisible();
+  expect(await extrasLoaded()).toBe(true);
+});

@@ -4,12 +4,8 @@
  * `\(…\)`, `$…$` where it reads as math, and ```math blocks; see lib/math.ts). A formula KaTeX cannot read shows
  * its source, in the error colour.
  */
-import 'katex/dist/katex.min.css';
-import { common, createLowlight } from 'lowlight';
-import { createElement, Fragment, memo, type ReactNode, useEffect, useState } from 'react';
+import { createElement, Fragment, memo, type ReactNode, useEffect, useState, useSyncExternalStore } from 'react';
 import ReactMarkdown, { type Components, type Options } from 'react-markdown';
-import rehypeHighlight from 'rehype-highlight';
-import rehypeKatex from 'rehype-katex';
 import remarkGfm from 'remark-gfm';
 import remarkMath from 'remark-math';
 import { COPY_UNAVAILABLE, copyText } from '../lib/clipboard';
@@ -117,31 +113,65 @@ const components: Components = {
 
 // A lone $ is a dollar: normalizeMath has turned the $…$ that read as math into $$…$$.
 const remarkPlugins: Options['remarkPlugins'] = [remarkGfm, [remarkMath, { singleDollarTextMath: false }]];
-const katex: [typeof rehypeKatex, Parameters<typeof rehypeKatex>[0]] = [
-  rehypeKatex,
-  { strict: 'ignore', maxExpand: 1000, maxSize: 50 },
-];
+
 /**
- * rehype-highlight sets up its highlighter (highlight.js's common languages, ~3 ms) each time a parse starts, and
- * react-markdown starts one at each render: one highlighter serves them all (its transform keeps no state).
+ * KaTeX (with its stylesheet and fonts) and highlight.js: ~600 KB of the page's 1.4 MB of script, and 30–40 % of the
+ * main thread's work in loading the page (measured in the tests' Chromium). They are loaded the first time a piece
+ * of a reply holds math, or code to colour, not with the page: until they are (a moment: they come from kvdesk
+ * itself), its math shows as its source and its code plain, as a streaming reply's last block shows it.
  */
-let highlighter: ReturnType<typeof rehypeHighlight> | undefined;
-function sharedHighlight(): ReturnType<typeof rehypeHighlight> {
-  highlighter ??= rehypeHighlight({ detect: false });
-  return highlighter;
+interface Extras {
+  /**
+   * The rehype plugins of a piece with its code coloured, and of one without (see below). KaTeX first: a display
+   * formula's <pre><code class="language-math"> is no code block to highlight. Directions last: each block gets its
+   * own (a Hebrew paragraph right to left, an English one after it left to right), code and math left to right.
+   */
+  coloured: Options['rehypePlugins'];
+  plain: Options['rehypePlugins'];
+  /** highlight.js's common languages, as rehype-highlight sets them up, for FencedCode. */
+  lowlight: typeof import('../lib/markdown-extras')['lowlight'];
 }
-// KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight. Directions
-// last: each block gets its own (a Hebrew paragraph right to left, an English one after it left to right), code
-// and math left to right.
-const rehypePlugins: Options['rehypePlugins'] = [katex, sharedHighlight, rehypeDirection];
-/**
- * The last block of a streaming reply is not highlighted: it renders again at every frame, and highlighting a
- * growing code block costs several times the rest (a 200-line block: ~4×), enough to make frames long. A block is
- * coloured once it is finished (the reply went on past it, or ended), in a task of its own (see useColourLater). A
- * block without a code fence is never given the highlighter (it would change nothing there): its props stay as they
- * were, and the end of the reply does not render it again.
- */
-const plainPlugins: Options['rehypePlugins'] = [katex, rehypeDirection];
+let extras: Extras | null = null;
+let extrasLoading: Promise<Extras> | null = null;
+const extrasHeard = new Set<() => void>();
+
+/** Loads KaTeX and highlight.js (once; again after a failed try); every piece waiting for them renders again. */
+export function loadMarkdownExtras(): Promise<Extras> {
+  extrasLoading ??= import('../lib/markdown-extras').then(
+    ({ katex, sharedHighlight, lowlight }) => {
+      extras = { coloured: [katex, sharedHighlight, rehypeDirection], plain: [katex, rehypeDirection], lowlight };
+      for (const heard of extrasHeard) heard();
+      return extras;
+    },
+    (err: unknown) => {
+      extrasLoading = null;
+      throw err;
+    },
+  );
+  return extrasLoading;
+}
+
+/** KaTeX and highlight.js where they are loaded; `needed`: this piece shows math or coloured code, so load them. */
+function useExtras(needed: boolean): Extras | null {
+  const shown = useSyncExternalStore(
+    (heard) => {
+      extrasHeard.add(heard);
+      return () => extrasHeard.delete(heard);
+    },
+    () => extras,
+    () => extras,
+  );
+  useEffect(() => {
+    // (A failure — kvdesk updated under the page, its old chunks gone — leaves the source shown.)
+    if (needed && !shown) loadMarkdownExtras().catch(() => {});
+  }, [needed, shown]);
+  return shown;
+}
+
+/** Text that may hold math once normalizeMath has read it: `$$…$$`, or a ```math block. */
+function mayHoldMath(normalized: string): boolean {
+  return normalized.includes('$$') || normalized.includes('math');
+}
 
 /** A fence (```, ~~~) anywhere in the text: it may hold a code block whose language the highlighter colours. */
 function mayHoldCode(text: string): boolean {
@@ -216,9 +246,6 @@ export function fencedCodeBlock(text: string): { lang: string; code: string } | 
   return { lang, code: value ? `${value}\n` : '' };
 }
 
-/** highlight.js's common languages, as rehype-highlight sets them up (made at the first code coloured here). */
-let lowlight: ReturnType<typeof createLowlight> | undefined;
-
 function hastToReact(nodes: HastLike[]): ReactNode[] {
   return nodes.map((node) =>
     node.type === 'text'
@@ -236,13 +263,13 @@ function hastToReact(nodes: HastLike[]): ReactNode[] {
  * coloured as rehype-highlight colours it (a language it does not know gets its class, and no colours).
  */
 function FencedCode({ lang, code, colour }: { lang: string; code: string; colour: boolean }) {
+  const lowlight = useExtras(colour && lang !== '')?.lowlight;
+  // Coloured once highlight.js is here.
+  const coloured = colour && lang !== '' && lowlight !== undefined;
   let children: ReactNode[] = [code];
-  if (colour && lang) {
-    lowlight ??= createLowlight(common);
-    if (code && lowlight.registered(lang))
-      children = hastToReact(lowlight.highlight(lang, code).children as HastLike[]);
-  }
-  const className = [colour && lang ? 'hljs' : '', lang ? `language-${lang}` : ''].filter(Boolean).join(' ');
+  if (coloured && code && lowlight.registered(lang))
+    children = hastToReact(lowlight.highlight(lang, code).children as HastLike[]);
+  const className = [coloured ? 'hljs' : '', lang ? `language-${lang}` : ''].filter(Boolean).join(' ');
   return (
     <CodeBlock node={{ type: 'element', children: [{ type: 'text', value: code }] }}>
       {createElement('code', { className: className || undefined }, ...children)}
@@ -302,18 +329,28 @@ export const MarkdownPiece = memo(function MarkdownPiece({
 
 /** A piece through the Markdown parse (`openEnd`: its math read as a streaming reply's; `colour`: code highlighted). */
 export function ParsedMarkdown({ text, openEnd, colour }: { text: string; openEnd: boolean; colour: boolean }) {
+  const normalized = normalizeMath(text, { streaming: openEnd });
+  const loaded = useExtras(mayHoldMath(normalized) || (colour && mayHoldCode(text)));
   return (
     <ReactMarkdown
       remarkPlugins={remarkPlugins}
-      rehypePlugins={colour ? rehypePlugins : plainPlugins}
+      // The last block of a streaming reply is not highlighted (plain): it renders again at every frame, and
+      // highlighting a growing code block costs several times the rest (a 200-line block: ~4×), enough to make
+      // frames long. A block is coloured once it is finished (the reply went on past it, or ended), in a task of its
+      // own (see useColourLater). A block without a code fence is never given the highlighter (it would change
+      // nothing there): its props stay as they were, and the end of the reply does not render it again.
+      rehypePlugins={loaded ? (colour ? loaded.coloured : loaded.plain) : withoutExtras}
       components={components}
       // Raw HTML in a reply shows as the text the model wrote: react-markdown escapes it (never renders it);
       // skipping it would drop what the model wrote.
     >
-      {normalizeMath(text, { streaming: openEnd })}
+      {normalized}
     </ReactMarkdown>
   );
 }
+
+/** The rehype plugins until KaTeX and highlight.js are loaded. */
+const withoutExtras: Options['rehypePlugins'] = [rehypeDirection];
 
 /** Markdown of a JSON-mode reply: one ```json block, fenced longer than any run of backticks in it. */
 export function jsonBlock(text: string): string {

@@ -22,12 +22,16 @@ let fencedCodeBlock: (text: string) => { lang: string; code: string } | null;
 beforeAll(async () => {
   h = (await load<{ createElement: Create }>('react')).createElement;
   ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
-  ({ Markdown, ParsedMarkdown, MarkdownBlocks, fencedCodeBlock } = await load<{
+  let loadMarkdownExtras: () => Promise<unknown>;
+  ({ Markdown, ParsedMarkdown, MarkdownBlocks, fencedCodeBlock, loadMarkdownExtras } = await load<{
     Markdown: unknown;
     ParsedMarkdown: unknown;
     MarkdownBlocks: unknown;
     fencedCodeBlock: typeof fencedCodeBlock;
+    loadMarkdownExtras: () => Promise<unknown>;
   }>(`${RENDERER}/components/Markdown.tsx`));
+  // KaTeX and highlight.js, which the page loads when a reply first needs them: the markup compared is theirs too.
+  await loadMarkdownExtras();
 });
 
 /** Pieces of replies, each a top-level block or a run of them. */
