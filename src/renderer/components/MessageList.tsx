@@ -158,10 +158,28 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
 
   const last = messages[messages.length - 1];
   const total = virtualizer.getTotalSize();
+  /** The last message at the last render: a new one from the person is a turn sent. */
+  const lastSeen = useRef<{ threadId: string | null; id: string | undefined }>({ threadId, id: last?.id });
   // Follow growth (new messages, streamed text, re-measured rows) when pinned to the bottom; else the message
   // edited keeps its place.
   // biome-ignore lint/correctness/useExhaustiveDependencies: these values are the triggers
   useLayoutEffect(() => {
+    const was = lastSeen.current;
+    lastSeen.current = { threadId, id: last?.id };
+    // A message the person sent (a new last one of theirs, in this chat): the list goes to it and follows its reply,
+    // wherever it had been scrolled to, as every chat app shows what was just sent.
+    const after = was.id === undefined ? 0 : messages.findIndex((m) => m.id === was.id) + 1;
+    const sent =
+      was.threadId === threadId &&
+      last !== undefined &&
+      last.id !== was.id &&
+      after > (was.id === undefined ? -1 : 0) &&
+      messages.slice(after).some((m) => m.role === 'user');
+    if (sent && !editing.current) {
+      stick.current = true;
+      anchor.current = null;
+      setAway(false);
+    }
     if (anchor.current) holdAnchor();
     else toBottom();
   }, [messages.length, last?.content.length, total]);
