@@ -762,7 +762,10 @@ test('a number not taken says why beside its field, and the focus goes where the
   await expect(app.getByTestId('setting-error-temperature')).toHaveCount(0);
 });
 
-test('scrolled up from the end, a button brings the chat back to its latest message', async ({ app, server }) => {
+test('scrolled up from the end, a button brings the chat back to its latest message, and so does a message sent', async ({
+  app,
+  server,
+}) => {
   const now = Date.now();
   const id = `t-jump-${now}`;
   const messages = Array.from({ length: 30 }, (_, i) => ({
@@ -790,6 +793,40 @@ test('scrolled up from the end, a button brings the chat back to its latest mess
   await expect.poll(fromEnd).toBeLessThan(60);
   await expect(jump).toHaveCount(0);
   await expect(app.locator('[data-message-id="m29"]')).toBeInViewport();
+
+  // Scrolled up again, a message sent from there: the list goes to it, and follows its reply.
+  await list.evaluate((el) => {
+    el.scrollTop = 0;
+  });
+  await expect(jump).toHaveText('↓ latest');
+  await send(app, 'One more question, sent from up here');
+  await expect(app.getByTestId('message-user').last()).toBeInViewport();
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  await expect.poll(fromEnd).toBeLessThan(60);
+  await expect(jump).toHaveCount(0);
+});
+
+test('a drawer left open in a narrow window does not come back when the window is widened and narrowed again', async ({
+  app,
+}) => {
+  const input = app.getByTestId('chat-input');
+  for (const drawer of [
+    { button: 'sidebar-toggle', backdrop: 'sidebar-backdrop' },
+    { button: 'inspector-toggle', backdrop: 'inspector-backdrop' },
+  ]) {
+    await app.setViewportSize({ width: 640, height: 720 });
+    await app.getByTestId(drawer.button).click();
+    await expect(app.getByTestId(drawer.backdrop)).toBeVisible();
+    // Maximised, then snapped to half the screen again while typing.
+    await app.setViewportSize({ width: 1280, height: 800 });
+    await input.fill('hello wor');
+    await app.setViewportSize({ width: 640, height: 720 });
+    await expect(app.getByTestId(drawer.backdrop)).toHaveCount(0);
+    await app.keyboard.type('ld');
+    await expect(input).toHaveValue('hello world');
+    await expect(input).toBeFocused();
+  }
+  await input.fill('');
 });
 
 test('a window made shorter keeps the chat at its end', async ({ app }) => {

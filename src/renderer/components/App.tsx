@@ -301,6 +301,12 @@ export function App() {
   const { shown: inspectorOpen, narrow, show: showInspector } = useInspectorShown();
   const sidebarOpen = useApp((s) => s.sidebarOpen);
   const setSidebarOpen = useApp((s) => s.setSidebarOpen);
+  const store = useAppStore();
+  // A drawer opened in a narrow window closes as the window widens (the list and the inspector are beside the chat
+  // there): narrowed again, the window opens on the chat, as it does at first, not under a drawer opened back then.
+  useEffect(() => {
+    if (!narrow) closeDrawers(store);
+  }, [narrow, store]);
   const dragging = useWindowDrop();
   useShortcuts();
   useTheme();
