@@ -586,7 +586,7 @@ export function readBody(req: IncomingMessage, limit: number, raise?: string, bu
       reject(err);
     });
     // A body that stops coming (a stalled client) holds its request, and its bytes, only until the connection's
-    // idle timeout: Node's requestTimeout would wait 300 s. The socket's timeout counts since its last byte.
+    // idle timeout (the server sets no limit on a request's total time). The socket's timeout counts since its last byte.
     req.on('timeout', () => {
       if (done) return;
       settle();

@@ -4,7 +4,12 @@
  * node:http. It adapts HTTP to HostApi and decides nothing itself; every
  * request first passes the Host/Origin/token checks of security.ts.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type ServerOptions as HttpServerOptions,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
@@ -105,8 +110,9 @@ export interface ServerOptions {
   maxMessageBytes?: number;
   /**
    * How long a connection may stay open without a request in flight (none sent yet, or idle between them) before it
-   * is closed; default 60 s. Node closes on its own only those that began one (headersTimeout, requestTimeout).
-   * A request body that stops coming for as long is answered 408 and its connection closed (readBody, receiveMultipart).
+   * is closed; default 60 s. Node closes on its own only those that began one. A request whose headers have not all
+   * come as long after its first byte is answered 408 (Node's headersTimeout), and so is one whose body stops coming
+   * for as long (readBody, receiveMultipart); its connection is closed. A body that keeps coming is never cut.
    */
   idleTimeoutMs?: number;
   /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
@@ -134,6 +140,20 @@ const GIB = 1024 ** 3;
 const SHUTDOWN_GRACE_MS = 2000;
 /** How long a connection may stay open with no request in flight (ServerOptions.idleTimeoutMs). */
 const IDLE_CONNECTION_MS = 60_000;
+/** Node's own timeouts of a request being received, for a server whose idle timeout is `idleMs`. */
+function nodeTimeouts(idleMs: number): HttpServerOptions {
+  return {
+    // Node's requestTimeout (300 s by default) cut a request whose body was still arriving when it passed, however
+    // steadily it came: a model package of a few GB uploaded from another machine (5–20 MB/s) got a 408 at 5 min.
+    // A body is cut when it stops coming instead (the idle timeout: readBody, receiveMultipart), never for its length.
+    requestTimeout: 0,
+    // Headers come in one go from any client: one that trickles them is cut after the idle timeout in all (Node's
+    // default, min(60 s, requestTimeout), would be none with no request timeout: a byte every 50 s held it for ever).
+    headersTimeout: idleMs,
+    // Node looks for headers past their time this often (30 s by default: 90 s before a trickle is cut).
+    connectionsCheckingInterval: Math.max(50, Math.min(IDLE_CONNECTION_MS, idleMs) / 4),
+  };
+}
 /** A base64 string of a JSON upload lives in one JS string; V8 caps those near 512 MiB. */
 const MAX_JSON_UPLOAD_BYTES = 256 * 1024 ** 2;
 /** Largest JSON body of the API routes, by default (ServerOptions.maxJsonBytes). */
@@ -619,7 +639,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   /** Per connection, its requests being answered (one at a time, but a pipelining client may send more). */
   const inFlight = new Map<Duplex, number>();
   const { requestLog } = opts;
-  const server = createServer((req, res) => {
+  const idleMs = opts.idleTimeoutMs ?? IDLE_CONNECTION_MS;
+  const server = createServer(nodeTimeouts(idleMs), (req, res) => {
     if (requestLog) {
       const came = performance.now();
       const from = req.socket.remoteAddress;
@@ -694,11 +715,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       inFlight.delete(socket);
     });
   });
-  // A connection that sends nothing is closed after a while: Node's headersTimeout and requestTimeout only count
+  // A connection that sends nothing is closed after a while: Node's headersTimeout only counts
   // from a request's first byte, and its socket timeout is off by default (11,700 silent sockets were held open).
   // The socket timeout counts inactivity; one that passes with a request in flight (a long prompt being read, a reply
   // between tokens) is no reason to close, and Node's keep-alive timeout after a response lands here too.
-  server.timeout = opts.idleTimeoutMs ?? IDLE_CONNECTION_MS;
+  server.timeout = idleMs;
   // Node's own keep-alive timeout (5 s) closed a connection idle between requests long before that, and told
   // clients so (Keep-Alive: timeout=5). Closed by the same timeout, a connection outlives the pools of most
   // clients (which drop theirs sooner): a server closing first races a client reusing it.

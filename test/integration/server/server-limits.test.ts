@@ -3,6 +3,7 @@
  * is refused before JSON.parse reads it (the connection and the server answer after), a prompt whose length alone
  * says it cannot fit the context is refused before it is tokenized, and a connection that sends nothing is closed.
  */
+import { Server } from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
@@ -308,6 +309,110 @@ describe('a body that stops coming', () => {
     const r = await partialBody(t.url, '/v1/chat/completions', Buffer.byteLength(body), pieces, 250);
     expect(r.status).toBe(404);
     expect(r.body).toMatch(/no-such-model/);
+  });
+});
+
+/**
+ * Node's own request timeout (300 s, counted from a request's first byte to its last, however steadily its bytes
+ * come), made `ms` for servers made until the returned undo: the same cut, soon enough for a test to see it.
+ */
+function shortenNodeRequestTimeout(ms: number): () => void {
+  const own = Symbol('requestTimeout');
+  type WithOwn = { [own]?: number };
+  Object.defineProperty(Server.prototype, 'requestTimeout', {
+    configurable: true,
+    get(this: WithOwn) {
+      return this[own];
+    },
+    set(this: WithOwn, value: number) {
+      this[own] = value === 300_000 ? ms : value;
+    },
+  });
+  return () => {
+    delete (Server.prototype as { requestTimeout?: number }).requestTimeout;
+  };
+}
+
+describe('an upload that keeps coming', () => {
+  let own: TestServer;
+  let undo: () => void;
+  beforeAll(async () => {
+    undo = shortenNodeRequestTimeout(1_500);
+    own = await startTestServer({}, { loadDefault: false, idleTimeoutMs: 400 });
+  });
+  afterAll(async () => {
+    await own?.close();
+    undo?.();
+  });
+
+  it("is read whole however long it takes: Node's request timeout (300 s; 1.5 s here) does not cut it", async () => {
+    const head = '--b\r\nContent-Disposition: form-data; name="file"; filename="m/config.json"\r\n\r\n';
+    const tail = '\r\n--b--\r\n';
+    // A folder of one file sent in 20 pieces 150 ms apart (3 s in all, each gap under the 400 ms idle timeout):
+    // a few GB from another machine at 5-20 MB/s, in small.
+    const file = `{"model_type": "gpt2", "pad": "${'x'.repeat(2_000)}"}`;
+    const body = head + file + tail;
+    const pieces = Array.from({ length: 20 }, (_, k) =>
+      body.slice((k * body.length) / 20, ((k + 1) * body.length) / 20),
+    );
+    const started = Date.now();
+    const r = await partialBody(
+      own.url,
+      '/api/models/upload',
+      Buffer.byteLength(body),
+      pieces,
+      150,
+      'multipart/form-data; boundary=b',
+    );
+    expect(Date.now() - started).toBeGreaterThan(2_500);
+    // Read to its end and written: the folder itself is what is answered (no tokenizer.json), not a 408.
+    expect(r.status, r.body).toBe(422);
+    expect(JSON.parse(r.body)).toMatchObject({
+      ok: false,
+      error: { code: 'PACKAGE_INVALID', detail: { file: 'tokenizer.json' } },
+    });
+    expect((await fetch(`${own.url}/v1/models`)).status).toBe(200);
+  });
+
+  it('one that stops coming is still answered 408 after the idle timeout', async () => {
+    const r = await partialBody(
+      own.url,
+      '/api/models/upload',
+      100_000,
+      ['--b\r\nContent-Disposition: form-data; name="file"; filename="m/config.json"\r\n\r\n{"a'],
+      0,
+      'multipart/form-data; boundary=b',
+    );
+    expect(r.status).toBe(408);
+    expect(r.closed).toBe(true);
+    expect(r.ms).toBeLessThan(5_000);
+    expect(r.body).toMatch(/stopped arriving: nothing came for 400 ms/);
+  });
+
+  it('headers that trickle in are cut after the idle timeout in all, though each byte comes within it', async () => {
+    const u = new URL(own.url);
+    const socket = net.connect(Number(u.port), u.hostname);
+    let received = '';
+    socket.on('data', (d: Buffer) => {
+      received += d.toString('utf8');
+    });
+    socket.once('error', () => {});
+    const closed = new Promise<number>((resolve) => socket.once('close', () => resolve(Date.now())));
+    const started = Date.now();
+    // One header byte every 100 ms, for up to 10 s.
+    const headers = `GET /health HTTP/1.1\r\nHost: ${u.host}\r\nX-Pad: ${'y'.repeat(200)}`;
+    let i = 0;
+    const drip = setInterval(() => {
+      if (socket.destroyed || i >= headers.length) return;
+      socket.write(headers.charAt(i++));
+    }, 100);
+    const closedAt = await Promise.race([closed, new Promise<number>((r) => setTimeout(() => r(0), 10_000))]);
+    clearInterval(drip);
+    socket.destroy();
+    expect(closedAt, 'a trickle of headers was still held after 10 s').toBeGreaterThan(0);
+    // 400 ms of headers, and Node's check every 100 ms.
+    expect(closedAt - started).toBeLessThan(3_000);
+    expect(received).toMatch(/^HTTP\/1\.1 408/);
   });
 });
 
