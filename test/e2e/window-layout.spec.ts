@@ -266,6 +266,32 @@ test('from 901 to 1240 px the header keeps its budget figures whole and clear of
       app.locator('[data-testid="model-picker"] option[value="a-model-with-a-rather-long-name"]'),
     ).toHaveCount(1);
     await headerAtWidths(app);
+    // At 683 px (1366×768 at 200 % zoom) the picked long name is cut by the picker's width, with an ellipsis.
+    await app.setViewportSize({ width: 683, height: 384 });
+    const picker = app.getByTestId('model-picker');
+    const before = await picker.inputValue();
+    await picker.selectOption('a-model-with-a-rather-long-name');
+    try {
+      const cut = await picker.evaluate((el) => {
+        const g = globalThis as unknown as {
+          getComputedStyle(e: unknown): { textOverflow: string; font: string };
+          document: {
+            createElement(t: 'canvas'): {
+              getContext(c: '2d'): { font: string; measureText(t: string): { width: number } };
+            };
+          };
+        };
+        const style = g.getComputedStyle(el);
+        const ctx = g.document.createElement('canvas').getContext('2d');
+        ctx.font = style.font;
+        const select = el as unknown as { clientWidth: number; selectedOptions: Array<{ text: string }> };
+        const text = select.selectedOptions[0]?.text ?? '';
+        return { overflow: style.textOverflow, wider: ctx.measureText(text).width > select.clientWidth };
+      });
+      expect(cut).toEqual({ overflow: 'ellipsis', wider: true });
+    } finally {
+      await picker.selectOption(before);
+    }
   } finally {
     expect((await wsCall(server, 'unloadModel', { id: 'a-model-with-a-rather-long-name' })).ok).toBe(true);
     expect((await wsCall(server, 'forgetModel', { root: long })).ok).toBe(true);
