@@ -266,6 +266,32 @@ test('from 901 to 1240 px the header keeps its budget figures whole and clear of
       app.locator('[data-testid="model-picker"] option[value="a-model-with-a-rather-long-name"]'),
     ).toHaveCount(1);
     await headerAtWidths(app);
+    // At 683 px (1366×768 at 200 % zoom) the picked long name is cut by the picker's width, with an ellipsis.
+    await app.setViewportSize({ width: 683, height: 384 });
+    const picker = app.getByTestId('model-picker');
+    const before = await picker.inputValue();
+    await picker.selectOption('a-model-with-a-rather-long-name');
+    try {
+      const cut = await picker.evaluate((el) => {
+        const g = globalThis as unknown as {
+          getComputedStyle(e: unknown): { textOverflow: string; font: string };
+          document: {
+            createElement(t: 'canvas'): {
+              getContext(c: '2d'): { font: string; measureText(t: string): { width: number } };
+            };
+          };
+        };
+        const style = g.getComputedStyle(el);
+        const ctx = g.document.createElement('canvas').getContext('2d');
+        ctx.font = style.font;
+        const select = el as unknown as { clientWidth: number; selectedOptions: Array<{ text: string }> };
+        const text = select.selectedOptions[0]?.text ?? '';
+        return { overflow: style.textOverflow, wider: ctx.measureText(text).width > select.clientWidth };
+      });
+      expect(cut).toEqual({ overflow: 'ellipsis', wider: true });
+    } finally {
+      await picker.selectOption(before);
+    }
   } finally {
     expect((await wsCall(server, 'unloadModel', { id: 'a-model-with-a-rather-long-name' })).ok).toBe(true);
     expect((await wsCall(server, 'forgetModel', { root: long })).ok).toBe(true);
@@ -927,4 +953,63 @@ test.describe('at 200 % zoom', () => {
     expect((await box(app.locator('header.header'))).y).toBe(0);
     await expect(app.getByTestId('inspector-toggle')).toBeInViewport({ ratio: 1 });
   });
+});
+
+test('a long chat opened at the start keeps following its end while a draft of several lines is typed at once', async ({
+  app,
+  server,
+}) => {
+  const list = app.getByTestId('message-list');
+  const jump = app.getByTestId('jump-to-end');
+  const input = app.getByTestId('chat-input');
+  for (const size of [
+    { width: 800, height: 600 },
+    { width: 1366, height: 768 },
+  ]) {
+    await app.setViewportSize(size);
+    const now = Date.now();
+    const id = `t-pinned-${size.width}-${now}`;
+    const messages = Array.from({ length: 30 }, (_, i) => ({
+      id: `p${size.width}-${i}`,
+      role: i % 2 === 0 ? 'user' : 'assistant',
+      content: `Message ${i}: ${'words to fill the lines of a long message '.repeat(12)}`,
+      createdAt: now + i,
+    }));
+    const saved = await wsCall(server, 'saveThread', { id, title: 'Long', createdAt: now, updatedAt: now, messages });
+    expect(saved.ok).toBe(true);
+    await app.reload();
+    if (!(await app.getByTestId('sidebar').isVisible())) await app.getByTestId('sidebar-toggle').click();
+    await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+    await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+    await expect
+      .poll(async () => ((await wsCall(server, 'getSettings', {})).value as { lastThreadId?: string }).lastThreadId)
+      .toBe(id);
+    // Opened from the list, it is the last chat open: the page opens on it, at its end. Lines typed at once, the box growing with each: measuring
+    // the box let it shrink for a moment, the list above it grew, and the browser clamped the list's position to
+    // that, a scroll up taken for the person's (it stopped following, its end under the box).
+    await app.reload();
+    await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+    await input.click();
+    for (let i = 0; i < 5; i++) {
+      await app.keyboard.type(`line ${i + 1}`);
+      await app.keyboard.press('Shift+Enter');
+    }
+    // The list's last scroll events come within a few frames.
+    await app.evaluate(
+      () =>
+        new Promise((done) => {
+          const raf = (globalThis as unknown as { requestAnimationFrame(f: () => void): number }).requestAnimationFrame;
+          let frames = 10;
+          const next = () => (--frames > 0 ? raf(next) : done(null));
+          raf(next);
+        }),
+    );
+    await expect(jump).toHaveCount(0);
+    const end = await app
+      .locator(`[data-message-id="p${size.width}-29"]`)
+      .evaluate((el) => el.getBoundingClientRect().bottom);
+    const b = await box(list);
+    expect(end - (b.y + b.height)).toBeLessThanOrEqual(1);
+    await input.fill('');
+  }
 });

@@ -29,6 +29,13 @@ const MAX_INPUT_HEIGHT = 200;
  * style's max-height (a short window's is less), scrolling past that.
  */
 function fitHeight(el: HTMLTextAreaElement): void {
+  // Measured at its least height ('auto'), the box around it held at its size meanwhile: let shrink for that
+  // moment, it would make the message list above taller in the layout the measure forces, and the browser would
+  // clamp the list's scroll position to that taller list's end, a scroll up the list took for the person's (a chat
+  // following its end stopped following it as a draft of several lines was typed).
+  const holder = el.parentElement;
+  const held = holder?.style.minHeight ?? '';
+  if (holder) holder.style.minHeight = `${holder.getBoundingClientRect().height}px`;
   el.style.height = 'auto';
   const border = el.offsetHeight - el.clientHeight;
   const needed = el.scrollHeight + border;
@@ -36,6 +43,7 @@ function fitHeight(el: HTMLTextAreaElement): void {
   const most = Number.isFinite(styled) ? Math.min(MAX_INPUT_HEIGHT, styled) : MAX_INPUT_HEIGHT;
   el.style.height = `${Math.min(most, needed)}px`;
   el.style.overflowY = needed > most ? 'auto' : 'hidden';
+  if (holder) holder.style.minHeight = held;
 }
 
 /**
