@@ -29,7 +29,6 @@ import { reasoningWhere } from '../shared/reasoning';
 import {
   badArgs,
   budgetCapLine,
-  checkFlags,
   contextClipLine,
   effortFlag,
   exitCodeFor,
@@ -37,11 +36,9 @@ import {
   HOST_OPTIONS,
   type Io,
   LOAD_OPTIONS,
-  loadFlags,
   lookupFlag,
   lookupLine,
   nearestFlags,
-  packageDir,
   parseFlags,
   parseNumber,
   prefillChunkFlag,
@@ -54,6 +51,7 @@ import {
   threadsFlag,
 } from './common';
 import { applyDeviceFlags } from './device-flags';
+import { checkFlags, loadFlags, packageDir } from './package-args';
 import { textStream } from './text-input';
 
 const HELP = `Commands:
