@@ -26,6 +26,7 @@ import {
 import { type ErrorInfo, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import { reasoningWhere } from '../shared/reasoning';
+import { CHAT_OPTIONS } from './chat-options';
 import {
   badArgs,
   budgetCapLine,
@@ -33,9 +34,7 @@ import {
   effortFlag,
   exitCodeFor,
   fail,
-  HOST_OPTIONS,
   type Io,
-  LOAD_OPTIONS,
   lookupFlag,
   lookupLine,
   nearestFlags,
@@ -45,7 +44,6 @@ import {
   printBudgetNotes,
   printWarnings,
   ReplyPrinter,
-  SAMPLING_OPTIONS,
   SIGNAL_EXITS,
   samplingFlags,
   threadsFlag,
@@ -482,20 +480,7 @@ export class TurnReader {
   }
 }
 
-/** `kvdesk chat`'s flags (main.ts's help describes each). */
-export const CHAT_OPTIONS = {
-  system: { type: 'string' },
-  'max-new-tokens': { type: 'string' },
-  ...SAMPLING_OPTIONS,
-  verbose: { type: 'boolean' },
-  think: { type: 'boolean' },
-  nothink: { type: 'boolean' },
-  'thinking-budget': { type: 'string' },
-  effort: { type: 'string' },
-  'context-overflow': { type: 'string' },
-  ...HOST_OPTIONS,
-  ...LOAD_OPTIONS,
-} as const;
+export { CHAT_OPTIONS };
 
 /** What chat reads its turns from: stdin, a terminal or not. */
 type ChatInput = NodeJS.ReadableStream & { isTTY?: boolean; setRawMode?: (mode: boolean) => unknown };

@@ -15,6 +15,7 @@ import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import { BROKEN_TEMPLATE_WARNING, type KvTensorSpec, type ModelSpec } from '../shared/model-spec';
 import { reasoningWhere } from '../shared/reasoning';
+import { CHAT_OPTIONS } from './chat-options';
 import {
   badArgs,
   budgetCapLine,
@@ -889,12 +890,15 @@ async function run(argv: string[], io: Io, input?: CommandInput): Promise<number
   };
   // A command's flags read before its module loads (pull.ts brings the hub's code and the package loader): a wrong
   // one is refused at once, as the command itself would refuse it.
-  const refused = (options: NonNullable<Parameters<typeof parseFlags>[1]>): number | undefined => {
+  const refused = (
+    options: NonNullable<Parameters<typeof parseFlags>[1]>,
+    json = rest.includes('--json'),
+  ): number | undefined => {
     try {
       parseFlags(rest, options, command as string);
       return undefined;
     } catch (err) {
-      return fail(io, rest.includes('--json'), toErrorInfo(err));
+      return fail(io, json, toErrorInfo(err));
     }
   };
   switch (command) {
@@ -903,9 +907,14 @@ async function run(argv: string[], io: Io, input?: CommandInput): Promise<number
     case 'generate':
       return help(GENERATE_OPTIONS) ? 0 : generate(rest, io, input);
     case 'chat': {
-      const { chat, CHAT_OPTIONS } = await import('./chat');
       if (help(CHAT_OPTIONS)) return 0;
-      const { RunnerService } = await import('../main/host/runner-service');
+      // chat says its errors in words (it has no --json).
+      const wrong = refused(CHAT_OPTIONS, false);
+      if (wrong !== undefined) return wrong;
+      const [{ chat }, { RunnerService }] = await Promise.all([
+        import('./chat'),
+        import('../main/host/runner-service'),
+      ]);
       return chat(
         rest,
         io,
