@@ -46,6 +46,7 @@ import {
 } from './common';
 import { dataDirOf } from './data-dir';
 import { PULL_OPTIONS, SEARCH_OPTIONS } from './pull-options';
+import { serveHelp } from './serve-options';
 import { alignedRows } from './table';
 import { decodeText } from './text-input';
 
@@ -938,7 +939,7 @@ async function run(argv: string[], io: Io, input?: CommandInput): Promise<number
     case 'list':
       return help(LIST_OPTIONS) ? 0 : list(rest, io);
     case 'serve':
-      return (await import('./serve')).serve(rest, io);
+      return serveHelp(rest, io) ? 0 : (await import('./serve')).serve(rest, io);
     case '-v':
     case '--version':
     case 'version':

@@ -1,8 +1,9 @@
 /**
- * kvdesk's light commands start without the model stack: `kvdesk --version`, `--help`, a command's help (chat's
- * too) and a flag's error load none of zod, the ONNX reader (onnx-proto, protobufjs), yaml, the template renderer or
- * the tokenizer, which took a third of a second before the command was even read. Each `kvdesk` is a real process (bin/kvdesk.cjs,
- * the CLI's bundle), with test/helpers/module-recorder.cjs saying which npm packages its processes loaded.
+ * kvdesk's light commands start without the model stack: `kvdesk --version`, `--help`, a command's help (chat's and
+ * serve's too) and a flag's error load none of zod, the ONNX reader (onnx-proto, protobufjs), yaml, the template
+ * renderer or the tokenizer, which took a third of a second before the command was even read. Each `kvdesk` is a real
+ * process (bin/kvdesk.cjs, the CLI's bundle), with test/helpers/module-recorder.cjs saying which npm packages its
+ * processes loaded.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -46,6 +47,7 @@ describe('kvdesk start-up', () => {
     [['pull', '--help']],
     [['chat', '--help']],
     [['chat', 'M', '--bogus']],
+    [['serve', '--help']],
     [['generate', '--promt', 'hi']],
     [['search', '--bogus']],
   ])('kvdesk %j loads none of the model stack', (args) => {
