@@ -26,34 +26,30 @@ import {
 import { type ErrorInfo, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import { reasoningWhere } from '../shared/reasoning';
+import { CHAT_OPTIONS } from './chat-options';
 import {
   badArgs,
   budgetCapLine,
-  checkFlags,
   contextClipLine,
   effortFlag,
   exitCodeFor,
   fail,
-  HOST_OPTIONS,
   type Io,
-  LOAD_OPTIONS,
-  loadFlags,
   lookupFlag,
   lookupLine,
   nearestFlags,
-  packageDir,
   parseFlags,
   parseNumber,
   prefillChunkFlag,
   printBudgetNotes,
   printWarnings,
   ReplyPrinter,
-  SAMPLING_OPTIONS,
   SIGNAL_EXITS,
   samplingFlags,
   threadsFlag,
 } from './common';
 import { applyDeviceFlags } from './device-flags';
+import { checkFlags, loadFlags, packageDir } from './package-args';
 import { textStream } from './text-input';
 
 const HELP = `Commands:
@@ -484,20 +480,7 @@ export class TurnReader {
   }
 }
 
-/** `kvdesk chat`'s flags (main.ts's help describes each). */
-export const CHAT_OPTIONS = {
-  system: { type: 'string' },
-  'max-new-tokens': { type: 'string' },
-  ...SAMPLING_OPTIONS,
-  verbose: { type: 'boolean' },
-  think: { type: 'boolean' },
-  nothink: { type: 'boolean' },
-  'thinking-budget': { type: 'string' },
-  effort: { type: 'string' },
-  'context-overflow': { type: 'string' },
-  ...HOST_OPTIONS,
-  ...LOAD_OPTIONS,
-} as const;
+export { CHAT_OPTIONS };
 
 /** What chat reads its turns from: stdin, a terminal or not. */
 type ChatInput = NodeJS.ReadableStream & { isTTY?: boolean; setRawMode?: (mode: boolean) => unknown };

@@ -8,30 +8,17 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { parseArgs } from 'node:util';
-import {
-  describeReport,
-  detectBackendsInChildProcess,
-  deviceBudgetFns,
-  deviceKey,
-  formatVariantFits,
-  readNvidiaGpuMemory,
-  usableProviders,
-  variantFits,
-} from '../main/backends';
-import { withChatTemplate, withKeptTemplate } from '../main/host/chat-template-pick';
-import { ModelLibrary } from '../main/host/model-library';
-import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
-import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
-import { isTemplateTokenWarning } from '../main/packages/spec-assembly';
+import type { HostSettings, RunnerService } from '../main/host/runner-service';
+import { kvBytesForTokens } from '../main/packages/kv-bytes';
 import type { GenerationResult } from '../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import { BROKEN_TEMPLATE_WARNING, type KvTensorSpec, type ModelSpec } from '../shared/model-spec';
 import { reasoningWhere } from '../shared/reasoning';
+import { CHAT_OPTIONS } from './chat-options';
 import {
   badArgs,
   budgetCapLine,
-  checkFlags,
   contextClipLine,
   effortFlag,
   fail,
@@ -39,11 +26,9 @@ import {
   HOST_OPTIONS,
   type Io,
   LOAD_OPTIONS,
-  loadFlags,
   lookupFlag,
   lookupLine,
   nearestFlags,
-  packageDir,
   parseFlags,
   parseIds,
   parseNumber,
@@ -60,8 +45,8 @@ import {
   wantsHelp,
 } from './common';
 import { dataDirOf } from './data-dir';
-import { applyDeviceFlags } from './device-flags';
-import { PULL_OPTIONS, pull, SEARCH_OPTIONS, search } from './pull';
+import { PULL_OPTIONS, SEARCH_OPTIONS } from './pull-options';
+import { serveHelp } from './serve-options';
 import { alignedRows } from './table';
 import { decodeText } from './text-input';
 
@@ -248,6 +233,31 @@ async function inspect(args: string[], io: Io): Promise<number> {
   try {
     const { values, positionals } = parseFlags(args, INSPECT_OPTIONS, 'inspect');
     if (positionals.length !== 1) throw badArgs('inspect takes exactly one package (a folder, or a library id)');
+    // The model stack, once the flags are read: a wrong one is said without loading it.
+    const [
+      {
+        describeReport,
+        detectBackendsInChildProcess,
+        deviceBudgetFns,
+        deviceKey,
+        formatVariantFits,
+        readNvidiaGpuMemory,
+        usableProviders,
+        variantFits,
+      },
+      { withChatTemplate, withKeptTemplate },
+      { defaultHostSettings },
+      { backendProvider, loadModelSpec, variantOption },
+      { applyDeviceFlags },
+      { loadFlags, packageDir },
+    ] = await Promise.all([
+      import('../main/backends'),
+      import('../main/host/chat-template-pick'),
+      import('../main/host/runner-service'),
+      import('../main/packages'),
+      import('./device-flags'),
+      import('./package-args'),
+    ]);
     if (values.backend !== undefined) backendProvider(values.backend);
     // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
     const report = await detectBackendsInChildProcess().catch(() => undefined);
@@ -341,6 +351,14 @@ async function generate(
   const { values, positionals } = parsed;
   let host: RunnerService | undefined;
   try {
+    // The model stack, once the flags are read: a wrong one was said without loading it.
+    const [{ RunnerService }, { isTemplateTokenWarning }, { applyDeviceFlags }, { checkFlags, loadFlags, packageDir }] =
+      await Promise.all([
+        import('../main/host/runner-service'),
+        import('../main/packages/spec-assembly'),
+        import('./device-flags'),
+        import('./package-args'),
+      ]);
     if (positionals.length !== 1) {
       // `kvdesk generate M "why…"`, as `ollama run M "why…"` and llama.cpp's prompt: the prompt is a flag here.
       throw badArgs(
@@ -690,6 +708,7 @@ async function list(args: string[], io: Io): Promise<number> {
     const { values, positionals } = parseFlags(args, LIST_OPTIONS, 'list');
     if (positionals.length > 0) throw badArgs(`list takes no arguments, got "${positionals.join(' ')}"`);
     const dataDir = dataDirOf(values['data-dir']);
+    const { ModelLibrary } = await import('../main/host/model-library');
     const log: string[] = [];
     const library = await ModelLibrary.open(dataDir, { log: (l) => log.push(l) });
     await library.refresh();
@@ -870,14 +889,33 @@ async function run(argv: string[], io: Io, input?: CommandInput): Promise<number
     io.out(commandHelp(command, options));
     return true;
   };
+  // A command's flags read before its module loads (pull.ts brings the hub's code and the package loader): a wrong
+  // one is refused at once, as the command itself would refuse it.
+  const refused = (
+    options: NonNullable<Parameters<typeof parseFlags>[1]>,
+    json = rest.includes('--json'),
+  ): number | undefined => {
+    try {
+      parseFlags(rest, options, command as string);
+      return undefined;
+    } catch (err) {
+      return fail(io, json, toErrorInfo(err));
+    }
+  };
   switch (command) {
     case 'inspect':
       return help(INSPECT_OPTIONS) ? 0 : inspect(rest, io);
     case 'generate':
       return help(GENERATE_OPTIONS) ? 0 : generate(rest, io, input);
     case 'chat': {
-      const { chat, CHAT_OPTIONS } = await import('./chat');
       if (help(CHAT_OPTIONS)) return 0;
+      // chat says its errors in words (it has no --json).
+      const wrong = refused(CHAT_OPTIONS, false);
+      if (wrong !== undefined) return wrong;
+      const [{ chat }, { RunnerService }] = await Promise.all([
+        import('./chat'),
+        import('../main/host/runner-service'),
+      ]);
       return chat(
         rest,
         io,
@@ -893,13 +931,15 @@ async function run(argv: string[], io: Io, input?: CommandInput): Promise<number
       );
     }
     case 'pull':
-      return help(PULL_OPTIONS) ? 0 : pull(rest, io);
+      if (help(PULL_OPTIONS)) return 0;
+      return refused(PULL_OPTIONS) ?? (await import('./pull')).pull(rest, io);
     case 'search':
-      return help(SEARCH_OPTIONS) ? 0 : search(rest, io);
+      if (help(SEARCH_OPTIONS)) return 0;
+      return refused(SEARCH_OPTIONS) ?? (await import('./pull')).search(rest, io);
     case 'list':
       return help(LIST_OPTIONS) ? 0 : list(rest, io);
     case 'serve':
-      return (await import('./serve')).serve(rest, io);
+      return serveHelp(rest, io) ? 0 : (await import('./serve')).serve(rest, io);
     case '-v':
     case '--version':
     case 'version':

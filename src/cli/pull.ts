@@ -21,21 +21,12 @@ import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import { badArgs, fail, type Io, libraryLog, parseFlags, parseNumber, SIGNAL_EXITS } from './common';
 import { dataDirOf } from './data-dir';
+import { PULL_OPTIONS, SEARCH_OPTIONS } from './pull-options';
+
+export { PULL_OPTIONS, SEARCH_OPTIONS };
 
 /** Without a terminal (a log), a progress line at most this often, or each 10 %. */
 const NON_TTY_PROGRESS_MS = 5000;
-
-/** `kvdesk pull`'s flags (main.ts's help describes each). */
-export const PULL_OPTIONS = {
-  variant: { type: 'string' },
-  revision: { type: 'string' },
-  list: { type: 'boolean' },
-  json: { type: 'boolean' },
-  'data-dir': { type: 'string' },
-} as const;
-
-/** `kvdesk search`'s flags. */
-export const SEARCH_OPTIONS = { limit: { type: 'string' }, json: { type: 'boolean' } } as const;
 
 export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.isTTY === true): Promise<number> {
   const json = args.includes('--json');

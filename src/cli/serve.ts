@@ -37,49 +37,7 @@ import {
 } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
-import { DEFAULT_PORT, probePort, SERVE_OPTIONS } from './serve-options';
-
-/** Usage lines of `serve` (main.ts shows them in its help). */
-export const SERVE_USAGE = `  kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... [options]
-
-serve options:
-  --port N                 port to listen on (default 8080; 0 picks a free one)
-  --host ADDR              address to bind (default 127.0.0.1; any other address needs --token)
-  --token T                require "Authorization: Bearer T" (or /?token=T in a browser); also $KVDESK_TOKEN
-  --allow-origin ORIGIN    a web page's origin (http://localhost:3000) that may call the model APIs from a browser
-                           (CORS); * for any page; repeatable, or comma-separated in $KVDESK_ORIGINS. --token is
-                           still required where given
-  --allow-host NAME        a name clients reach the server by beside its addresses, which the DNS-rebinding guard
-                           refuses otherwise (403 host_not_allowed): host.docker.internal for Open WebUI in Docker,
-                           box.local, a reverse proxy's proxy.example:443; repeatable, or comma-separated in
-                           $KVDESK_ALLOWED_HOSTS
-  --model PATH             load a model package at start (repeatable; the default model loads too)
-  --trust-installed        --model may name ORT packages of the "installed" layout (files outside their folder)
-  --kv-budget [DEV=]SIZE   KV budget, e.g. 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB for a GPU
-                           (default: derived from its memory); repeatable
-  --device-memory DEV=SIZE memory of a GPU kvdesk cannot query, e.g. webgpu:0=8GiB (NVIDIA GPUs are read with nvidia-smi)
-  --max-running N          requests that run at once (default 4)
-  --max-queue N            requests that may wait (default 256; beyond it the API answers 429, Ollama's routes 503)
-  --data-dir DIR           threads, settings and uploaded models (default $KVDESK_DATA_DIR or ~/.kvdesk)
-  --static-dir DIR         the built UI (default out/renderer)
-  --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
-  --max-body SIZE          largest JSON request body of the API (default 32MiB; bigger ones get 413)
-  --max-bodies SIZE        most bytes of request bodies held in memory at once, across requests (default 512MiB,
-                           or --max-body when larger; at least --max-body; a body with no room now gets 503 and
-                           Retry-After)
-  --max-message SIZE       largest message of the browser UI: a chat's save, attachments and all (default
-                           256MiB; the page says a bigger one was not saved)
-  --threads N              onnxruntime intra-op threads (default: every core)
-  --prefill-chunk N        prompt tokens one prefill run computes at most (default 256: a long prompt runs in
-                           chunks, running replies take a step between them; lower it to use less memory)
-  --lookup N               lookup decoding: a reply that repeats earlier text takes up to N+1 tokens a step
-                           (default 4; 0: off)
-  --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)
-  --first-use-ttl TIME     how long a library model that a request loaded stays loaded without requests
-                           (default 60m; e.g. 90s, 2h, or never); Ollama's keep_alive sets it per request
-  --log-requests           a line on stderr for each HTTP request once answered: time, client address, method
-                           and path (no query), status, duration, kvdesk's request id and the client's x-request-id
-  Model downloads (Models view, /api/pull) read $HF_TOKEN (gated models) and $HF_ENDPOINT (a mirror of the hub)`;
+import { DEFAULT_PORT, probePort, SERVE_OPTIONS, serveHelp } from './serve-options';
 
 /** Options for tests and embedders: a promise that stops the server instead of a signal. */
 export interface ServeControl {
@@ -189,10 +147,7 @@ function signalled(io: Io): { stopped: Promise<void>; signal: () => NodeJS.Signa
 /** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
 export async function serve(args: string[], io: Io, control: ServeControl = {}): Promise<number> {
   const options = SERVE_OPTIONS;
-  if (args.includes('--help') || args.includes('-h')) {
-    io.out(`Usage:\n${SERVE_USAGE}\n`);
-    return 0;
-  }
+  if (serveHelp(args, io)) return 0;
   let hostApi: HostApi | undefined;
   let runner: RunnerService | undefined;
   let server: RunningServer | undefined;
