@@ -168,17 +168,14 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
     lastSeen.current = { threadId, id: last?.id };
     // A message the person sent (a new last one of theirs, in this chat): the list goes to it and follows its reply,
     // wherever it had been scrolled to, as every chat app shows what was just sent.
-    const after = was.id === undefined ? 0 : messages.findIndex((m) => m.id === was.id) + 1;
-    const sent =
-      was.threadId === threadId &&
-      last !== undefined &&
-      last.id !== was.id &&
-      after > (was.id === undefined ? -1 : 0) &&
-      messages.slice(after).some((m) => m.role === 'user');
-    if (sent && !editing.current) {
-      stick.current = true;
-      anchor.current = null;
-      setAway(false);
+    // (Looked for only when the last message changed: not at each streamed token.)
+    if (was.threadId === threadId && last !== undefined && last.id !== was.id && !editing.current) {
+      const after = was.id === undefined ? 0 : messages.findIndex((m) => m.id === was.id) + 1;
+      if (after > (was.id === undefined ? -1 : 0) && messages.slice(after).some((m) => m.role === 'user')) {
+        stick.current = true;
+        anchor.current = null;
+        setAway(false);
+      }
     }
     if (anchor.current) holdAnchor();
     else toBottom();
