@@ -265,6 +265,18 @@ async function partialBody(
   };
 }
 
+/** A browser's upload (multipart, streamed to disk as it comes) that sends the start of one file and stops. */
+function stalledUpload(url: string): ReturnType<typeof partialBody> {
+  return partialBody(
+    url,
+    '/api/models/upload',
+    100_000,
+    ['--b\r\nContent-Disposition: form-data; name="file"; filename="m/config.json"\r\n\r\n{"a'],
+    0,
+    'multipart/form-data; boundary=b',
+  );
+}
+
 describe('a body that stops coming', () => {
   it("is answered 408 in its API's shape after the idle timeout, and its connection closed", async () => {
     const shapes: Array<[string, (body: Record<string, unknown>) => unknown]> = [
@@ -285,14 +297,7 @@ describe('a body that stops coming', () => {
       expect(JSON.stringify(body)).toMatch(/The request body stopped arriving: nothing came for 400 ms/);
     }
     // A browser's upload (streamed to disk as it comes) too, in the upload's own answer.
-    const r = await partialBody(
-      t.url,
-      '/api/models/upload',
-      100_000,
-      ['--b\r\nContent-Disposition: form-data; name="file"; filename="m/config.json"\r\n\r\n{"a'],
-      0,
-      'multipart/form-data; boundary=b',
-    );
+    const r = await stalledUpload(t.url);
     expect(r.status).toBe(408);
     expect(r.closed).toBe(true);
     expect(JSON.parse(r.body)).toMatchObject({
@@ -375,14 +380,7 @@ describe('an upload that keeps coming', () => {
   });
 
   it('one that stops coming is still answered 408 after the idle timeout', async () => {
-    const r = await partialBody(
-      own.url,
-      '/api/models/upload',
-      100_000,
-      ['--b\r\nContent-Disposition: form-data; name="file"; filename="m/config.json"\r\n\r\n{"a'],
-      0,
-      'multipart/form-data; boundary=b',
-    );
+    const r = await stalledUpload(own.url);
     expect(r.status).toBe(408);
     expect(r.closed).toBe(true);
     expect(r.ms).toBeLessThan(5_000);
