@@ -28,7 +28,7 @@ import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/c
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { cutText } from '../../shared/text';
 import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
-import { isolated } from '../lib/direction';
+import { isolated, quoted } from '../lib/direction';
 import { type Draft, drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import {
@@ -390,7 +390,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // Nothing of this save was written (too large to send, a disk kvdesk may not write): said at once, as what
         // the page shows is lost when it closes.
         notify(
-          `“${isolated(t.title)}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}. What it shows since its last save is lost when this page closes.`,
+          `${quoted(t.title)} was not saved: ${r.error.message.replace(/[.\s]+$/, '')}. What it shows since its last save is lost when this page closes.`,
           true,
         );
       }
@@ -449,7 +449,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function deletedElsewhere(threadId: string, title: string): void {
     const unsent = s().threads.some((x) => x.id === threadId) && dropThread(threadId);
     notify(
-      `“${isolated(title)}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.${unsent ? ` ${UNSENT}` : ''}`,
+      `${quoted(title)} was deleted in another window or tab before this page's change to it was saved: the change is not kept.${unsent ? ` ${UNSENT}` : ''}`,
     );
   }
 
@@ -498,14 +498,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         if (Object.keys(since).length > 0) s().updateThread(threadId, since);
       } else if (r.error.code === 'SAVE_CONFLICT') {
         notify(
-          `“${isolated(title)}” was changed in another window or tab before its name or pin changed here was saved: it shows that one now. Make the change again if you still want it.`,
+          `${quoted(title)} was changed in another window or tab before its name or pin changed here was saved: it shows that one now. Make the change again if you still want it.`,
         );
         // The list shows the chat as saved (its summary, as the other's save told of it, comes or came).
         if (summary && local) s().receiveSummary(summary);
       } else if (r.error.detail?.reason === 'deleted' || r.error.detail?.reason === 'gone') {
         deletedElsewhere(threadId, title);
       } else {
-        notify(`“${isolated(title)}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
+        notify(`${quoted(title)} was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
         // The list shows the chat as its file has it (not pinned or renamed as the refused change would have).
         if (summary && local) s().receiveSummary(summary);
       }
@@ -529,8 +529,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       unkept.add(threadId);
       notSavedYet(
         thread || fields
-          ? `Your change to “${isolated(title)}” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
-          : `“${isolated(title)}” is not deleted yet: kvdesk cannot be reached, and this browser could not keep the delete until it can (${why}). Keep this page open: it is deleted once kvdesk is back; closing or reloading the page leaves it undeleted.`,
+          ? `Your change to ${quoted(title)} is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
+          : `${quoted(title)} is not deleted yet: kvdesk cannot be reached, and this browser could not keep the delete until it can (${why}). Keep this page open: it is deleted once kvdesk is back; closing or reloading the page leaves it undeleted.`,
       );
     };
     if (!pendingStore) {
@@ -611,7 +611,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
           rememberOpen(id);
         }
       }
-      report(`Could not delete “${isolated(title)}”`, r, true);
+      report(`Could not delete ${quoted(title)}`, r, true);
     });
   }
 
@@ -681,26 +681,26 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         s().receiveThread(copy);
         saveThread(copy.id);
         notify(
-          `“${isolated(saved.title)}” was changed in another window or tab before a change made while kvdesk could not be reached was saved. Both are kept: theirs as “${isolated(saved.title)}”, that one as “${isolated(copy.title)}”.`,
+          `${quoted(saved.title)} was changed in another window or tab before a change made while kvdesk could not be reached was saved. Both are kept: theirs as ${quoted(saved.title)}, that one as ${quoted(copy.title)}.`,
         );
       } else if (saved && !sameSettings(saved, c.thread)) {
         notify(
-          `“${isolated(saved.title)}” was changed in another window or tab before a change of its name or settings made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
+          `${quoted(saved.title)} was changed in another window or tab before a change of its name or settings made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
         );
       }
     } else if (c.fields && !r.ok && r.error.code === 'SAVE_CONFLICT') {
       notify(
-        `“${isolated(title)}” was changed in another window or tab before a change of its name or pin made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
+        `${quoted(title)} was changed in another window or tab before a change of its name or pin made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
       );
     } else if (!r.ok && (r.error.detail?.reason === 'deleted' || (c.fields && r.error.detail?.reason === 'gone'))) {
       notify(
-        `“${isolated(title)}” was deleted in another window or tab before a change to it made while kvdesk could not be reached was saved: the change is not kept.`,
+        `${quoted(title)} was deleted in another window or tab before a change to it made while kvdesk could not be reached was saved: the change is not kept.`,
       );
     } else if (!r.ok) {
       notify(
         c.thread || c.fields
-          ? `A change to “${isolated(title)}” made while kvdesk could not be reached was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`
-          : `Could not delete “${isolated(title)}”: ${r.error.message}`,
+          ? `A change to ${quoted(title)} made while kvdesk could not be reached was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`
+          : `Could not delete ${quoted(title)}: ${r.error.message}`,
         true,
       );
     }
@@ -719,7 +719,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const copy = { id: newId('t', now), messageId: newId('m', now), at: now };
     copying.set(threadId, copy);
     notify(
-      `“${isolated(title)}” was changed in another window or tab while this one's reply was being written. Both are kept: theirs as “${isolated(title)}”, this one's as a chat of its own, “${isolated(conflictTitle(mine))}”.`,
+      `${quoted(title)} was changed in another window or tab while this one's reply was being written. Both are kept: theirs as ${quoted(title)}, this one's as a chat of its own, ${quoted(conflictTitle(mine))}.`,
     );
   }
 
@@ -773,7 +773,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         return;
       }
       notify(
-        `“${isolated(local?.title ?? mine?.title ?? UNTITLED)}” was saved in another window or tab, and could not be read: ${opened.error.message} Reload the page.`,
+        `${quoted(local?.title ?? mine?.title ?? UNTITLED)} was saved in another window or tab, and could not be read: ${opened.error.message} Reload the page.`,
       );
       return;
     }
@@ -812,7 +812,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         saveThread(threadId);
       } else if (!sameSettings(saved, mine)) {
         notify(
-          `“${isolated(saved.title)}” was changed in another window or tab before this one's change of its name or settings was saved: it shows that one now. Make the change again if you still want it.`,
+          `${quoted(saved.title)} was changed in another window or tab before this one's change of its name or settings was saved: it shows that one now. Make the change again if you still want it.`,
         );
       }
       return;
@@ -822,7 +822,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().receiveThread(copy);
     saveThread(copy.id);
     notify(
-      `“${isolated(saved.title)}” was changed in another window or tab before this one's changes were saved. Both are kept: theirs as “${isolated(saved.title)}”, this one's as “${isolated(copy.title)}”.`,
+      `${quoted(saved.title)} was changed in another window or tab before this one's changes were saved. Both are kept: theirs as ${quoted(saved.title)}, this one's as ${quoted(copy.title)}.`,
     );
   }
 
@@ -1151,7 +1151,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         }
         const unsent = waitingSends.has(id) ? ` ${UNSENT}` : '';
         giveBack(id);
-        notify(`“${isolated(local.title)}” could not be opened: ${r.error.message}${unsent}`);
+        notify(`${quoted(local.title)} could not be opened: ${r.error.message}${unsent}`);
         // The chat's pane says so too, rather than "Opening the chat…" for good (opened again, it is tried again).
         s().setOpenFailed(id, r.error.message);
         return;
@@ -1203,7 +1203,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (wasOpen || unsent) {
       const where = wasOpen ? ' you had open' : '';
       notify(
-        `The chat “${isolated(gone.title)}”${where} was deleted in another window or tab.${unsent ? ` ${UNSENT}` : ''}`,
+        `The chat ${quoted(gone.title)}${where} was deleted in another window or tab.${unsent ? ` ${UNSENT}` : ''}`,
       );
     }
   }
@@ -2184,7 +2184,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const summary = s().summaries[id];
       const host = known.get(id);
       if (dropThread(id))
-        notify(`“${isolated(title)}” was deleted before your message in it was sent: it is back in the message box.`);
+        notify(`${quoted(title)} was deleted before your message in it was sent: it is back in the message box.`);
       if (thread) {
         deletedHere.set(id, {
           thread,

@@ -9,7 +9,7 @@ import type { SearchDefaults } from '../../shared/model-spec';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes, attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
 import { busyElsewhere } from '../lib/busy-elsewhere';
-import { isolated } from '../lib/direction';
+import { quoted } from '../lib/direction';
 import { drafts } from '../lib/drafts';
 import { formatBytes } from '../lib/format';
 import { DraftMeasure } from './DraftMeasure';
@@ -509,7 +509,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
         {carriedFrom !== null && threadId && (
           <span className="carried" data-testid="carried-settings">
-            <span className="from" title={`This new chat took the settings of “${isolated(carriedFrom)}”`}>
+            <span className="from" title={`This new chat took the settings of ${quoted(carriedFrom)}`}>
               · from “<bdi>{carriedFrom}</bdi>”
             </span>
             <button

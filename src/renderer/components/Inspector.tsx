@@ -19,7 +19,7 @@ import type {
 } from '../../shared/scheduler-types';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { OVER_LIMIT_EFFECT } from '../lib/budget-segments';
-import { isolated } from '../lib/direction';
+import { isolated, quoted } from '../lib/direction';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
@@ -983,7 +983,7 @@ function promptCacheShortId(sessionId: string): string {
  */
 function sessionName(sessionId: string, titles?: ReadonlyMap<string, string>): string {
   const title = titles?.get(sessionId);
-  if (title !== undefined) return `chat “${isolated(title)}”`;
+  if (title !== undefined) return `chat ${quoted(title)}`;
   if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) return `API prompt cache ${promptCacheShortId(sessionId)}`;
   return `session ${sessionId.slice(0, 10)}`;
 }

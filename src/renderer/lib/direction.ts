@@ -128,6 +128,11 @@ export function isolated(name: string): string {
   return `\u2068${name}\u2069`;
 }
 
+/** A name in quotes, set apart from the sentence around it ({@link isolated}): how notices and tooltips name a chat. */
+export function quoted(name: string): string {
+  return `“${isolated(name)}”`;
+}
+
 /** A run of a string made with {@link isolated}: a name set apart (`isolated`), or the text around it. */
 export interface IsolateRun {
   text: string;
